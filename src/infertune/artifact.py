@@ -1,0 +1,97 @@
+"""A tuned artifact: the winner saved so it can be served without re-tuning.
+
+Layout:  artifact/manifest.json  +  model/ (HF weights + tokenizer) or model.onnx + tokenizer/.
+The manifest says which backend and recipe to apply at load, and carries the tune measurements that
+`serve` uses to size its batching (token budget, measured batch latency)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from infertune.errors import InfertuneError
+
+MANIFEST = "manifest.json"
+FORMAT = "infertune-artifact/1"
+
+
+def write_manifest(path: Path, spec, candidate, result, saved: dict[str, Any]) -> Path:
+    win = result.winner
+    manifest = {
+        "format": FORMAT,
+        "infertune": __import__("infertune").__version__,
+        "kind": "embedding",
+        "model": spec.name,
+        "embedding": {k: v for k, v in spec.to_dict().items() if k != "path"},
+        "candidate": candidate.model_dump(mode="json"),
+        "candidate_id": candidate.id,
+        "files": saved,
+        "device": result.config.get("device", "cpu"),
+        "tune": {
+            "items_per_s": win.items_per_s,
+            "latency_ms": win.latency_ms.model_dump(),
+            "batch_token_budget": candidate.batching.size if candidate.batching.kind == "tokens" else None,
+            "batch_max_items": candidate.batching.max_items,
+            "padded_tokens_per_s": win.measurement.padded_tokens_per_s if win.measurement else None,
+            "accuracy": win.accuracy.model_dump(),
+            "slo_p99_ms": result.config.get("slo", {}).get("p99_ms"),
+            "threads": result.environment.threads,
+        },
+        "load": {
+            "python": f"infertune.artifact.load_embedder({str(path)!r})",
+            "serve": f"infertune serve {path}",
+        },
+    }
+    (path / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    return path / MANIFEST
+
+
+def read_manifest(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    f = p / MANIFEST if p.is_dir() else p
+    if not f.exists():
+        raise InfertuneError(f"{p} is not an infertune artifact (no {MANIFEST}); run `infertune tune` first")
+    try:
+        m = json.loads(f.read_text())
+    except json.JSONDecodeError as e:
+        raise InfertuneError(f"{f}: invalid JSON ({e})") from e
+    if m.get("format") != FORMAT:
+        raise InfertuneError(f"{f}: unknown artifact format {m.get('format')!r} (expected {FORMAT})")
+    return m
+
+
+def load_embedder(path: str | Path, device: str | None = None):
+    """Load an artifact as an Embedder (tokenize / forward / postprocess), ready to serve."""
+    from infertune.config import Candidate
+    from infertune.models.embedding import EmbeddingSpec
+    from infertune.registry import load_backend
+
+    root = Path(path)
+    m = read_manifest(root)
+    cand = Candidate.model_validate(m["candidate"])
+    dev = device or m.get("device", "cpu")
+    files = m["files"]
+    if cand.backend == "onnxruntime":
+        from infertune.backends.onnxruntime import OrtEmbedder
+        from infertune.models.embedding import load_tokenizer
+
+        spec = EmbeddingSpec(**m["embedding"], path=str(root / files["tokenizer"]))
+        return OrtEmbedder(spec, load_tokenizer(spec), root / files["onnx"], dev, {"artifact": str(root)})
+    spec = EmbeddingSpec(**m["embedding"], path=str(root / files["weights"]))
+    return load_backend(cand.backend).prepare(spec, cand, dev, root / ".work")
+
+
+def load_model(path_or_name: str | Path, device: str = "cpu", pooling: str | None = None):
+    """An Embedder for an artifact, or an untuned model directory / alias (PyTorch eager fp32)."""
+    from infertune.models.resolve import resolve_model
+
+    ref = resolve_model(path_or_name)
+    if ref.format == "artifact":
+        return load_embedder(ref.path, device)
+    from infertune.backends.torch_eager import TorchEager
+    from infertune.candidates import reference
+    from infertune.models.embedding import embedding_spec
+
+    spec = embedding_spec(ref, pooling)
+    return TorchEager.prepare(spec, reference(device), device, Path(".infertune-work"))

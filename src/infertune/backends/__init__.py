@@ -1,0 +1,1 @@
+"""Backends: one file per engine. Each answers four questions (see base.Backend)."""

@@ -1,0 +1,56 @@
+"""torch.compile over the eager model (inductor; dynamic shapes so mixed lengths compile once).
+
+On CUDA, `mode` may be "max-autotune-no-cudagraphs" (default) or "reduce-overhead" (CUDA graphs;
+shapes are bucketed so graphs can be reused)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from infertune.backends.base import Embedder
+from infertune.backends.torch_eager import TorchEager, TorchEmbedder, build_model
+from infertune.config import Candidate
+from infertune.models.embedding import EmbeddingSpec, load_tokenizer
+
+
+class CompiledEmbedder(TorchEmbedder):
+    bucket = 0  # pad sequence length up to a multiple of this (CUDA graphs want few shapes)
+
+    def collate(self, ids: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
+        batch = super().collate(ids)
+        if self.bucket:
+            T = batch["input_ids"].shape[1]
+            pad = (-T) % self.bucket
+            if pad:
+                batch = {k: np.pad(v, ((0, 0), (0, pad)), constant_values=(self.pad_id if k == "input_ids" else 0))
+                         for k, v in batch.items()}
+        return batch
+
+    def describe(self) -> dict[str, Any]:
+        d = super().describe()
+        d["compiled"] = {"mode": self.candidate.option("mode", "default"), "dynamic": True, "bucket": self.bucket}
+        return d
+
+
+class TorchCompile(TorchEager):
+    name = "torch-compile"
+
+    @classmethod
+    def prepare(cls, spec: EmbeddingSpec, candidate: Candidate, device: str, workdir: Path,
+                calibration: Sequence[str] = ()) -> Embedder:
+        import torch
+
+        model = build_model(spec, candidate, device)
+        mode = candidate.option("mode")
+        if mode in (None, "default"):
+            mode = "max-autotune-no-cudagraphs" if device == "cuda" else None
+        compiled = torch.compile(model, dynamic=mode != "reduce-overhead", mode=mode)
+        emb = CompiledEmbedder(spec, load_tokenizer(spec), compiled, candidate, device)
+        if mode == "reduce-overhead":
+            emb.bucket = 64
+        emb.base_model = model
+        return emb

@@ -1,0 +1,39 @@
+"""Group items into forward passes. Shared by `tune` (measurement) and `serve` (dynamic batching).
+
+Two policies (see config.Batching):
+- fixed:  `size` items per batch, in the given order (what a naive loop does);
+- tokens: sort by length (longest first), then pack items while
+          n_items x longest_len <= budget (padded tokens, the quantity compute scales with).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from infertune.config import Batching
+
+
+def plan_batches(lengths: Sequence[int], policy: Batching) -> list[list[int]]:
+    """Return batches as lists of indices into `lengths`. Every index appears exactly once."""
+    n = len(lengths)
+    if policy.kind == "fixed":
+        return [list(range(i, min(i + policy.size, n))) for i in range(0, n, policy.size)]
+    order = sorted(range(n), key=lambda i: (-lengths[i], i))
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    longest = 0
+    for i in order:
+        length = max(1, int(lengths[i]))
+        new_longest = max(longest, length)
+        if cur and ((len(cur) + 1) * new_longest > policy.size or len(cur) >= policy.max_items):
+            batches.append(cur)
+            cur, new_longest = [], length
+        cur.append(i)
+        longest = new_longest
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+def padded_tokens(lengths: Sequence[int], batches: list[list[int]]) -> int:
+    return sum(len(b) * max(lengths[i] for i in b) for b in batches if b)

@@ -1,0 +1,1 @@
+"""Typer CLI: one small file per command, no logic; each calls one library function."""

@@ -1,0 +1,55 @@
+"""`infertune tune`: thin shell over infertune.tune.tune()."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("tune")(tune_cmd)
+
+
+def tune_cmd(
+    model: Annotated[str, typer.Argument(help="alias (minilm, smollm2), model directory, .gguf or config.json")] = "minilm",
+    workload: Annotated[Path | None, typer.Option(help="JSONL ({\"input\": ...} or {\"text\": ...}) or text, one item a line; default: built-in sample")] = None,
+    device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
+    slo_p99_ms: Annotated[float, typer.Option(help="P99 latency of one batch, tokenization included (ms)")] = 100.0,
+    min_cosine: Annotated[float, typer.Option(help="accuracy budget: mean cosine vs fp32 reference")] = 0.995,
+    min_cosine_min: Annotated[float, typer.Option(help="accuracy budget: worst single item's cosine")] = 0.98,
+    quick: Annotated[bool, typer.Option(help="fewer candidates, items and rounds (about 2 min on 2 cores)")] = False,
+    out: Annotated[Path | None, typer.Option(help="output directory (default runs/<timestamp>)")] = None,
+    candidates: Annotated[str | None, typer.Option(help="comma-separated substrings of candidate ids to keep, e.g. 'bf16,onnxruntime'")] = None,
+    rounds: Annotated[int, typer.Option(help="timed passes over the eval split per candidate, interleaved")] = 4,
+    threads: Annotated[int | None, typer.Option(help="torch/ORT threads (default: all cores)")] = None,
+    max_eval_items: Annotated[int | None, typer.Option(help="cap on eval items (stratified by length)")] = None,
+    pooling: Annotated[str | None, typer.Option(help="override pooling for plain HF encoders: mean|cls|max|last")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print results.json to stdout; humans read stderr")] = False,
+) -> None:
+    """Measure candidates (backend x precision x batching) on your workload, verify each against the
+    fp32 original, and keep the fastest that meets the SLO and the accuracy budget.
+
+    Writes results.json, report.html and artifact/ (servable with `infertune serve`)."""
+    from infertune.config import SLO, AccuracyBudget, TuneConfig
+    from infertune.errors import InfertuneError
+    from infertune.tune import tune
+
+    if device not in ("cpu", "cuda"):
+        raise InfertuneError(f"--device must be cpu or cuda, not {device!r}")
+    cfg = TuneConfig(
+        model=model, workload=workload, device=device, slo=SLO(p99_ms=slo_p99_ms),
+        accuracy=AccuracyBudget(min_cosine_mean=min_cosine, min_cosine_min=min_cosine_min), quick=quick, out=out,
+        candidates=[c.strip() for c in candidates.split(",") if c.strip()] if candidates else None,
+        rounds=rounds, threads=threads, max_eval_items=max_eval_items, pooling=pooling,
+    )
+    result = tune(cfg)
+    from infertune.report import print_summary
+
+    print_summary(result)
+    if as_json:
+        typer.echo(json.dumps(result.model_dump(mode="json"), indent=2))
+    if result.winner is None:
+        raise typer.Exit(1)

@@ -1,0 +1,108 @@
+"""Plain-data configs: what to do. Registered implementations decide how."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Device = Literal["cpu", "cuda"]
+
+
+class SLO(BaseModel):
+    """Service-level objective for one batch at the chosen batching policy."""
+
+    model_config = ConfigDict(frozen=True)
+    p99_ms: float = Field(100.0, gt=0, description="P99 latency of one batch, tokenization included (ms)")
+
+
+class AccuracyBudget(BaseModel):
+    """How far a candidate may drift from the fp32 reference, in task terms."""
+
+    model_config = ConfigDict(frozen=True)
+    min_cosine_mean: float = Field(0.995, ge=-1, le=1)
+    min_cosine_min: float = Field(0.98, ge=-1, le=1)
+    min_topk_overlap: float = Field(0.0, ge=0, le=1, description="top-10 neighbour agreement; 0 = not enforced")
+
+
+class Batching(BaseModel):
+    """How items are grouped into forward passes.
+
+    fixed: `size` items per batch in arrival order (what most code does).
+    tokens: items sorted by length, then packed while batch_size x longest_len <= `size` (padded tokens).
+    """
+
+    model_config = ConfigDict(frozen=True)
+    kind: Literal["fixed", "tokens"] = "tokens"
+    size: int = Field(4096, gt=0)
+    max_items: int = Field(256, gt=0, description="cap on items per batch for the tokens policy")
+
+    @property
+    def id(self) -> str:
+        return f"{'batch' if self.kind == 'fixed' else 'tokens'}-{self.size}"
+
+
+class Candidate(BaseModel):
+    """One way of running the model: backend x precision (x quantization) x batching.
+
+    Frozen and hashable; `id` is stable and appears in logs, results and file names.
+    """
+
+    model_config = ConfigDict(frozen=True)
+    backend: str
+    precision: str = "fp32"  # fp32 | bf16 | fp16 | int8 | fp8 | mixed ...
+    quant: str | None = None  # quantization method, e.g. "torch.ao-dynamic", "torchao-int8-dyn", "ort-dynamic"
+    keep_high: tuple[str, ...] = ()  # layers left in higher precision (mixed precision)
+    batching: Batching = Batching()
+    options: tuple[tuple[str, str], ...] = ()  # backend-specific knobs, as sorted key/value pairs
+
+    @property
+    def engine_id(self) -> str:
+        """Everything but batching: candidates with the same engine_id share one prepared model."""
+        parts = [self.backend, self.precision]
+        if self.quant:
+            parts.append(self.quant)
+        if self.keep_high:
+            parts.append(f"keep{len(self.keep_high)}")
+        parts += [f"{k}={v}" for k, v in self.options]
+        return "/".join(parts)
+
+    @property
+    def id(self) -> str:
+        return f"{self.engine_id}/{self.batching.id}"
+
+    def option(self, key: str, default: str | None = None) -> str | None:
+        return dict(self.options).get(key, default)
+
+
+class TuneConfig(BaseModel):
+    """Everything `infertune tune` needs. All fields have defaults: `TuneConfig()` tunes the embedded
+    MiniLM on the built-in sample workload on the CPU."""
+
+    model: str = "minilm"
+    workload: Path | None = None
+    device: Device = "cpu"
+    slo: SLO = SLO()
+    accuracy: AccuracyBudget = AccuracyBudget()
+    quick: bool = False
+    out: Path | None = None  # default runs/<timestamp>
+    candidates: list[str] | None = None  # filter: substrings of candidate ids
+    seed: int = 0
+    eval_fraction: float = Field(0.7, gt=0, lt=1)
+    max_eval_items: int | None = None
+    rounds: int = Field(5, ge=1, description="timed passes over the eval set per candidate, interleaved")
+    candidate_timeout_s: float = Field(600, gt=0)
+    threads: int | None = None
+    pooling: str | None = None  # override for plain HF encoders: mean | cls | last
+    write_artifact: bool = True
+    sensitivity: bool = True
+
+    @field_validator("workload")
+    @classmethod
+    def _exists(cls, v: Path | None) -> Path | None:
+        if v is not None and not Path(v).exists():
+            from infertune.errors import InfertuneError
+
+            raise InfertuneError(f"workload file {v} does not exist; pass a JSONL or text file, one item per line")
+        return v

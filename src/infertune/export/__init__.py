@@ -1,0 +1,1 @@
+"""Exporters: ONNX (with output verification) and TensorRT engine plans."""

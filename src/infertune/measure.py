@@ -1,0 +1,40 @@
+"""Turn timed passes into statistics: median items/s with spread over passes, per-batch latency
+percentiles over every batch of every pass, tokens/s and padding."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from infertune.results import Latency, Measurement
+
+
+def latency_stats(samples_ms: Sequence[float]) -> Latency:
+    if not len(samples_ms):
+        return Latency()
+    a = np.asarray(samples_ms, dtype=float)
+    p = np.percentile(a, [5, 50, 95, 99])
+    return Latency(p5=float(p[0]), p50=float(p[1]), p95=float(p[2]), p99=float(p[3]), max=float(a.max()),
+                   mean=float(a.mean()), n=int(a.size))
+
+
+def summarize(passes: Sequence[dict[str, Any]], peak_rss_mb: float | None = None,
+              peak_gpu_mb: float | None = None) -> Measurement:
+    """`passes` are dicts from Embedder.measure_pass (warm-up passes already excluded)."""
+    if not passes:
+        raise ValueError("no timed passes")
+    ips = [p["items"] / p["wall_s"] for p in passes]
+    walls = sum(p["wall_s"] for p in passes)
+    lat = [x for p in passes for x in p["latency_ms"]]
+    tokens = sum(p["tokens"] for p in passes)
+    padded = sum(p["padded_tokens"] for p in passes)
+    return Measurement(
+        items_per_s=float(np.median(ips)), items_per_s_runs=[round(x, 2) for x in ips],
+        items_per_s_spread=(float(min(ips)), float(max(ips))), tokens_per_s=tokens / walls,
+        padded_tokens_per_s=padded / walls, latency_ms=latency_stats(lat),
+        batches_per_pass=int(passes[0]["batches"]), items_per_pass=int(passes[0]["items"]),
+        padding_ratio=padded / max(tokens, 1), peak_rss_mb=peak_rss_mb, peak_gpu_mb=peak_gpu_mb,
+        passes=len(passes),
+    )

@@ -1,0 +1,58 @@
+"""Mixed precision by accuracy: measure each Linear layer's sensitivity to int8 (quantize that one
+layer alone, compare with fp32 on the calibration split), then keep the most sensitive layers in fp32,
+greedily, until the whole model meets the accuracy budget. Runs on calibration data only; the final
+candidate is verified on the separate eval split like every other."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+def _cosines(ref, got):
+    import numpy as np
+
+    a = ref / np.linalg.norm(ref, axis=1, keepdims=True)
+    b = got / np.maximum(np.linalg.norm(got, axis=1, keepdims=True), 1e-12)
+    return (a * b).sum(1)
+
+
+def search(spec: dict, texts: list[str], min_cosine_mean: float, min_cosine_min: float,
+           max_keep: int | None = None) -> dict[str, Any]:
+    """Return {"sensitivity": [...], "keep_high": [...], "steps": [...]} (all figures on `texts`)."""
+    from infertune.backends.torch_eager import TorchEmbedder
+    from infertune.config import Batching, Candidate
+    from infertune.models.embedding import EmbeddingSpec, load_encoder, load_tokenizer
+    from infertune.quantize.torch_ao import linear_names, quantize_dynamic_int8
+
+    t0 = time.perf_counter()
+    es = EmbeddingSpec(**spec)
+    tok = load_tokenizer(es)
+    base = load_encoder(es, "fp32")
+    batching = Batching(kind="tokens", size=4096)
+    cand = Candidate(backend="torch-eager")
+
+    def run(model):
+        return TorchEmbedder(es, tok, model, cand, "cpu").embed(texts, batching, pooled=True)
+
+    ref = run(base)
+    names = linear_names(base)
+    sens = []
+    for n in names:
+        cos = _cosines(ref, run(quantize_dynamic_int8(base, [n])))
+        sens.append({"layer": n, "cosine_mean": float(cos.mean()), "cosine_min": float(cos.min()),
+                     "drop": float(1 - cos.mean())})
+    sens.sort(key=lambda s: s["drop"], reverse=True)
+    keep: list[str] = []
+    steps = []
+    limit = len(names) if max_keep is None else max_keep
+    while True:
+        q = [n for n in names if n not in keep]
+        cos = _cosines(ref, run(quantize_dynamic_int8(base, q))) if q else _cosines(ref, ref)
+        steps.append({"kept_high": len(keep), "cosine_mean": float(cos.mean()), "cosine_min": float(cos.min())})
+        if (cos.mean() >= min_cosine_mean and cos.min() >= min_cosine_min) or len(keep) >= limit:
+            break
+        keep.append(sens[len(keep)]["layer"])
+    met = steps[-1]["cosine_mean"] >= min_cosine_mean and steps[-1]["cosine_min"] >= min_cosine_min
+    return {"sensitivity": sens, "keep_high": keep, "steps": steps, "met_on_calibration": met,
+            "n_layers": len(names), "n_calibration": len(texts), "search_s": round(time.perf_counter() - t0, 1)}

@@ -1,0 +1,48 @@
+"""torchao quantization configs: int8 dynamic activation + int8 weight, int8 weight-only, fp8.
+
+On CPU these only pay off under torch.compile (eager int8 runs slower than fp32 here); fp8 needs a
+GPU with compute capability >= 8.9 (Ada/Hopper).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+FITS = ("torch-eager", "torch-compile")
+
+
+def available(device: str, method: str = "torchao-int8-dyn") -> str | None:
+    import importlib.util
+
+    if importlib.util.find_spec("torchao") is None:
+        return "torchao is not installed (pip install torchao)"
+    if method == "torchao-fp8":
+        if device != "cuda":
+            return "torchao fp8 needs a CUDA GPU with compute capability >= 8.9"
+        import torch
+
+        if torch.cuda.get_device_capability() < (8, 9):
+            return f"fp8 needs compute capability >= 8.9; this GPU is {torch.cuda.get_device_capability()}"
+    return None
+
+
+def apply(model, method: str, skip: Iterable[str] = ()):
+    """Quantize Linear layers of `model` in place with torchao, skipping names in `skip` and the pooler."""
+    import torch
+    import torchao.quantization as q
+
+    if method == "torchao-int8-dyn":
+        cfg = q.Int8DynamicActivationInt8WeightConfig()
+    elif method == "torchao-int8-wo":
+        cfg = q.Int8WeightOnlyConfig()
+    elif method == "torchao-fp8":
+        cfg = q.Float8DynamicActivationFloat8WeightConfig(granularity=q.PerRow())
+    else:
+        raise ValueError(f"unknown torchao method {method}")
+    skip = set(skip)
+
+    def keep(mod, fqn: str) -> bool:
+        return isinstance(mod, torch.nn.Linear) and "pooler" not in fqn and fqn not in skip
+
+    q.quantize_(model, cfg, filter_fn=keep)
+    return model

@@ -1,0 +1,299 @@
+"""`infertune tune` for embedding models: build candidates, measure them on the user's workload
+(interleaved rounds, each engine isolated in its own process), verify each against the fp32
+reference, and pick the fastest that meets the SLO and the accuracy budget."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from infertune.candidates import BASELINE, default_candidates, matches, mixed_candidates, reference
+from infertune.config import Candidate, TuneConfig
+from infertune.decide import decide
+from infertune.errors import InfertuneError
+from infertune.fingerprint import fingerprint
+from infertune.measure import summarize
+from infertune.results import CandidateResult, LayerSensitivity, TuneResult, WorkloadSummary
+from infertune.verify import compare, within_budget
+from infertune.worker import Worker, WorkerFailed, run_isolated
+
+
+def _console(quiet: bool):
+    from rich.console import Console
+
+    return Console(stderr=True, quiet=quiet)
+
+
+def _out_dir(cfg: TuneConfig) -> Path:
+    if cfg.out is not None:
+        out = Path(cfg.out)
+    else:
+        out = Path("runs") / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _workload(cfg: TuneConfig, spec, tokenizer) -> tuple[list[str], list[str], WorkloadSummary]:
+    import numpy as np
+
+    from infertune.workload import histogram, load_workload, stratified_split, stratified_subsample
+
+    wl = load_workload(cfg.workload)
+    lengths = [len(x) for x in tokenizer(wl.items, truncation=False)["input_ids"]]
+    calib, evals = stratified_split(lengths, cfg.eval_fraction, cfg.seed)
+    cap = cfg.max_eval_items or (120 if cfg.quick else 400)
+    evals = stratified_subsample(evals, lengths, cap, cfg.seed)
+    calib = stratified_subsample(calib, lengths, 32 if cfg.quick else 64, cfg.seed)
+    a = np.asarray(lengths)
+    summary = WorkloadSummary(
+        source=wl.source, n_items=len(wl.items), n_calibration=len(calib), n_eval=len(evals),
+        tokens_mean=float(a.mean()), tokens_p50=float(np.percentile(a, 50)), tokens_p90=float(np.percentile(a, 90)),
+        tokens_p99=float(np.percentile(a, 99)), tokens_max=int(a.max()),
+        over_limit=int((a > spec.max_length).sum()), max_length=spec.max_length, histogram=histogram(lengths),
+    )
+    return [wl.items[i] for i in calib], [wl.items[i] for i in evals], summary
+
+
+def _write(result: TuneResult, out: Path) -> None:
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps(result.model_dump(mode="json"), indent=2))
+    tmp.replace(out / "results.json")
+
+
+class _Run:
+    """State of one tune run: workers by engine, results by candidate id."""
+
+    def __init__(self, cfg: TuneConfig, spec, calib: list[str], evals: list[str], out: Path, console):
+        self.cfg, self.spec, self.calib, self.evals, self.out, self.console = cfg, spec, calib, evals, out, console
+        self.workers: dict[str, Worker] = {}
+        self.results: dict[str, CandidateResult] = {}
+        self.cands: dict[str, Candidate] = {}
+        self.ref_vectors = None
+        self.threads = cfg.threads
+
+    def record(self, c: Candidate, **kw: Any) -> CandidateResult:
+        r = self.results.get(c.id) or CandidateResult(name=c.id, candidate=c.model_dump(mode="json"), status="ok")
+        r = r.model_copy(update=kw)
+        self.results[c.id] = r
+        self.cands[c.id] = c
+        return r
+
+    def start_engine(self, c: Candidate) -> bool:
+        """Prepare the candidate's engine (shared by candidates that differ only in batching)."""
+        from infertune.registry import load_backend
+
+        if c.engine_id in self.workers:
+            self.record(c, status="ok", prepare_s=self.results[next(
+                k for k, v in self.cands.items() if v.engine_id == c.engine_id)].prepare_s)
+            return True
+        try:
+            reason = load_backend(c.backend).available(c, self.cfg.device)
+        except Exception as e:  # noqa: BLE001
+            reason = f"availability check failed: {e}"
+        if reason:
+            self.record(c, status="skipped", reason=reason)
+            self.console.print(f"  [yellow]skip[/] {c.id}: {reason}")
+            return False
+        job = {"spec": self.spec.to_dict(), "candidate": c.model_dump(mode="json"), "device": self.cfg.device,
+               "threads": self.threads, "workdir": str(self.out / "work"), "texts": self.evals,
+               "calibration": self.calib}
+        self.console.print(f"  preparing {c.engine_id} ...")
+        w = Worker(job, self.cfg.candidate_timeout_s)
+        try:
+            info = w.ready()
+        except WorkerFailed as e:
+            w.kill()
+            self.record(c, status="failed", reason=f"prepare failed: {_short(e)}")
+            self.console.print(f"  [red]failed[/] {c.id}: {_short(e)}")
+            return False
+        self.workers[c.engine_id] = w
+        self.record(c, status="ok", prepare_s=round(info["prepare_s"], 2), executed=info["executed"])
+        return True
+
+    def verify(self, c: Candidate) -> None:
+        w = self.workers[c.engine_id]
+        try:
+            vec = w.call("embed", batching=c.batching.model_dump())
+        except WorkerFailed as e:
+            self.fail(c, f"embedding the eval split failed: {_short(e)}")
+            return
+        if self.ref_vectors is None:
+            self.ref_vectors = vec
+        acc = compare(self.ref_vectors, vec)
+        ok, why = within_budget(acc, self.cfg.accuracy)
+        self.record(c, accuracy=acc, meets_accuracy=ok, reason=why)
+
+    def measure(self, c: Candidate, warmup: int) -> dict | None:
+        w = self.workers.get(c.engine_id)
+        if w is None or self.results[c.id].status == "failed":
+            return None
+        try:
+            return w.call("measure", batching=c.batching.model_dump(), warmup=warmup, passes=1)
+        except WorkerFailed as e:
+            self.fail(c, f"measurement failed: {_short(e)}")
+            return None
+
+    def fail(self, c: Candidate, why: str) -> None:
+        self.console.print(f"  [red]failed[/] {c.id}: {why}")
+        for _cid, other in self.cands.items():
+            if other.engine_id == c.engine_id:
+                self.record(other, status="failed", reason=why)
+        w = self.workers.pop(c.engine_id, None)
+        if w:
+            w.kill()
+
+    def stop(self) -> None:
+        for w in self.workers.values():
+            w.stop()
+        self.workers.clear()
+
+
+def _short(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:300] if text else type(e).__name__
+
+
+def tune(config: TuneConfig | None = None, quiet: bool = False) -> TuneResult:
+    """Tune an embedding model on a workload; returns the TuneResult also written to results.json."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from infertune.models.embedding import embedding_spec, load_tokenizer
+    from infertune.models.resolve import resolve_model
+
+    cfg = config or TuneConfig()
+    console = _console(quiet)
+    t_start = time.perf_counter()
+    ref = resolve_model(cfg.model)
+    if ref.format in ("gguf", "config") or (ref.format == "hf" and _is_causal(ref.path)):
+        from infertune.llm.tune import tune_lm  # the causal-LM path (issue 6)
+
+        return tune_lm(cfg, quiet=quiet)
+    if cfg.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InfertuneError("--device cuda asked for, but torch sees no CUDA GPU; run `infertune doctor`")
+    spec = embedding_spec(ref, cfg.pooling)
+    tokenizer = load_tokenizer(spec)
+    out = _out_dir(cfg)
+    calib, evals, summary = _workload(cfg, spec, tokenizer)
+    console.print(f"[bold]infertune tune[/] {spec.name} on {cfg.device}: {summary.n_items} items "
+                  f"(p50 {summary.tokens_p50:.0f} / p99 {summary.tokens_p99:.0f} tokens, {summary.over_limit} over "
+                  f"{spec.max_length}); eval {summary.n_eval}, calibration {summary.n_calibration} -> {out}")
+    env = fingerprint(cfg.threads)
+    result = TuneResult(model=spec.name, config=cfg.model_dump(mode="json"), environment=env, workload=summary,
+                        started=env.timestamp, out_dir=str(out), reference=reference(cfg.device).id)
+    run = _Run(cfg, spec, calib, evals, out, console)
+    cands = [c for c in default_candidates(cfg.device, cfg.quick)
+             if c in (BASELINE, reference(cfg.device)) or matches(c, cfg.candidates)]
+    try:
+        # 1. reference first: every other candidate is verified against its vectors
+        ordered = [reference(cfg.device)] + [c for c in cands if c != reference(cfg.device)]
+        for c in ordered:
+            if run.start_engine(c):
+                run.verify(c)
+            if c == reference(cfg.device) and run.ref_vectors is None:
+                raise InfertuneError(f"the fp32 reference failed: {run.results[c.id].reason}")
+            _update(result, run)
+            _write(result, out)
+        # 2. mixed precision: per-layer sensitivity, then greedy keep-high
+        if cfg.sensitivity and cfg.device == "cpu" and matches(Candidate(backend="x", precision="mixed"),
+                                                                 cfg.candidates or ["mixed"]):
+            _mixed(run, result, cands)
+        # 3. interleaved timed rounds
+        live = [run.cands[k] for k, r in run.results.items() if r.status == "ok"]
+        passes: dict[str, list[dict]] = {c.id: [] for c in live}
+        peaks: dict[str, tuple] = {}
+        rounds = max(1, cfg.rounds if not cfg.quick else min(cfg.rounds, 2))
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=True, disable=quiet) as bar:
+            task = bar.add_task("measuring", total=len(live) * (rounds + 1))
+            for r in range(rounds + 1):  # round 0 is the warm-up
+                for c in live:
+                    bar.update(task, description=f"round {r}/{rounds} {c.id}")
+                    got = run.measure(c, warmup=0)
+                    if got is not None and r > 0:
+                        passes[c.id] += got["passes"]
+                        peaks[c.id] = (got["peak_rss_mb"], got["peak_gpu_mb"])
+                    bar.advance(task)
+        for c in live:
+            if run.results[c.id].status == "ok" and passes[c.id]:
+                m = summarize(passes[c.id], *peaks[c.id])
+                run.record(c, measurement=m, items_per_s=m.items_per_s, latency_ms=m.latency_ms)
+        _update(result, run)
+        decide(result, cfg)
+        _write(result, out)
+        # 4. artifact
+        if cfg.write_artifact and result.winner is not None:
+            _save_artifact(run, result, out, console)
+    finally:
+        run.stop()
+        shutil.rmtree(out / "work", ignore_errors=True)
+    result.wall_s = round(time.perf_counter() - t_start, 1)
+    if result.artifact:
+        result.next_command = f"infertune serve {result.artifact}"
+    _write(result, out)
+    try:
+        from infertune.report import write_report
+
+        write_report(result, out / "report.html")
+    except Exception as e:  # noqa: BLE001 - a plotting problem must not lose the results
+        console.print(f"[yellow]report.html not written: {e}[/]")
+    return result
+
+
+def _is_causal(path: Path) -> bool:
+    try:
+        arch = json.loads((path / "config.json").read_text()).get("architectures") or []
+    except (OSError, json.JSONDecodeError):
+        return False
+    return any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in arch)
+
+
+def _mixed(run: _Run, result: TuneResult, cands: list[Candidate]) -> None:
+    cfg = run.cfg
+    run.console.print("  mixed precision: per-layer int8 sensitivity on the calibration split ...")
+    try:
+        found = run_isolated("infertune.quantize.mixed:search", {
+            "spec": run.spec.to_dict(), "texts": run.calib, "min_cosine_mean": cfg.accuracy.min_cosine_mean,
+            "min_cosine_min": cfg.accuracy.min_cosine_min}, cfg.candidate_timeout_s, run.threads)
+    except WorkerFailed as e:
+        result.mixed_precision = {"status": "failed", "reason": _short(e)}
+        run.console.print(f"  [red]sensitivity search failed[/]: {_short(e)}")
+        return
+    result.sensitivity = [LayerSensitivity(**s) for s in found["sensitivity"]]
+    result.mixed_precision = {k: v for k, v in found.items() if k != "sensitivity"}
+    keep = tuple(found["keep_high"])
+    run.console.print(f"  keep {len(keep)} of {found['n_layers']} Linear layers in fp32 "
+                      f"({found['search_s']} s)")
+    for c in mixed_candidates(cfg.device, keep):
+        if run.start_engine(c):
+            run.verify(c)
+    _update(result, run)
+    _write(result, run.out)
+
+
+def _update(result: TuneResult, run: _Run) -> None:
+    result.candidates = list(run.results.values())
+    result.baseline = run.results.get(BASELINE.id)
+
+
+def _save_artifact(run: _Run, result: TuneResult, out: Path, console) -> None:
+    from infertune.artifact import write_manifest
+
+    c = run.cands[result.winner.name]
+    w = run.workers.get(c.engine_id)
+    if w is None:
+        return
+    art = out / "artifact"
+    try:
+        saved = w.call("save", path=str(art))
+    except WorkerFailed as e:
+        console.print(f"[yellow]artifact not written: {_short(e)}[/]")
+        return
+    write_manifest(art, run.spec, c, result, saved)
+    result.artifact = str(art)

@@ -1,0 +1,162 @@
+"""Candidate isolation: each prepared engine lives in its own process. A candidate that raises,
+hangs or kills its process is recorded as failed and the run goes on. Workers stay alive between
+timed passes so the parent can interleave candidates round by round (fair under machine drift)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+
+class WorkerFailed(Exception):
+    """The worker raised, crashed or timed out; the message says which."""
+
+
+def _peak_rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _setup(threads: int | None) -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    try:
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()
+    except Exception:  # noqa: BLE001
+        pass
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def _serve(conn, job: dict[str, Any]) -> None:
+    from infertune.config import Batching, Candidate
+    from infertune.models.embedding import EmbeddingSpec
+    from infertune.registry import load_backend
+
+    _setup(job.get("threads"))
+    spec = EmbeddingSpec(**job["spec"])
+    cand = Candidate.model_validate(job["candidate"])
+    device = job["device"]
+    texts: list[str] = job.get("texts", [])
+    t0 = time.perf_counter()
+    backend = load_backend(cand.backend)
+    emb = backend.prepare(spec, cand, device, Path(job["workdir"]), job.get("calibration", []))
+    conn.send(("ok", {"prepare_s": time.perf_counter() - t0, "executed": emb.describe()}))
+    while True:
+        cmd, args = conn.recv()
+        if cmd == "stop":
+            return
+        try:
+            if cmd == "embed":
+                out = emb.embed(texts, Batching.model_validate(args["batching"]), pooled=True)
+                conn.send(("ok", out))
+            elif cmd == "measure":
+                batching = Batching.model_validate(args["batching"])
+                for _ in range(args.get("warmup", 0)):
+                    emb.measure_pass(texts, batching)
+                passes = [emb.measure_pass(texts, batching) for _ in range(args.get("passes", 1))]
+                gpu = None
+                if device == "cuda":
+                    import torch
+
+                    gpu = torch.cuda.max_memory_allocated() / 2**20
+                conn.send(("ok", {"passes": passes, "peak_rss_mb": _peak_rss_mb(), "peak_gpu_mb": gpu}))
+            elif cmd == "save":
+                conn.send(("ok", emb.save(Path(args["path"]))))
+            else:
+                conn.send(("error", f"unknown command {cmd}"))
+        except Exception as e:  # noqa: BLE001 - reported to the parent, which records the failure
+            conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"))
+
+
+def _main(conn, job: dict[str, Any]) -> None:
+    try:
+        if job.get("kind") == "call":
+            import importlib
+
+            _setup(job.get("threads"))
+            module, attr = job["target"].split(":")
+            conn.send(("ok", getattr(importlib.import_module(module), attr)(**job["kwargs"])))
+            return
+        _serve(conn, job)
+    except Exception as e:  # noqa: BLE001
+        try:
+            conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"))
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class Worker:
+    """Parent-side handle of one worker process."""
+
+    def __init__(self, job: dict[str, Any], timeout_s: float):
+        ctx = mp.get_context("spawn")
+        self.parent, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_main, args=(child, job), daemon=True)
+        self.timeout_s = timeout_s
+        self.proc.start()
+        child.close()
+
+    def _recv(self, timeout: float) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.parent.poll(0.2):
+                try:
+                    status, payload = self.parent.recv()
+                except EOFError as e:
+                    self.kill()
+                    raise WorkerFailed(f"worker process died (exit code {self.proc.exitcode})") from e
+                if status == "ok":
+                    return payload
+                raise WorkerFailed(str(payload).strip())
+            if not self.proc.is_alive() and not self.parent.poll(0):
+                raise WorkerFailed(f"worker process died (exit code {self.proc.exitcode})")
+        self.kill()
+        raise WorkerFailed(f"timed out after {timeout:.0f} s")
+
+    def ready(self) -> dict[str, Any]:
+        return self._recv(self.timeout_s)
+
+    def call(self, cmd: str, timeout: float | None = None, **args: Any) -> Any:
+        if not self.proc.is_alive():
+            raise WorkerFailed(f"worker process is not running (exit code {self.proc.exitcode})")
+        self.parent.send((cmd, args))
+        return self._recv(timeout or self.timeout_s)
+
+    def stop(self) -> None:
+        if self.proc.is_alive():
+            try:
+                self.parent.send(("stop", {}))
+                self.proc.join(5)
+            except (BrokenPipeError, OSError):
+                pass
+        self.kill()
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(5)
+
+
+def run_isolated(target: str, kwargs: dict[str, Any], timeout_s: float, threads: int | None = None) -> Any:
+    """Call `module:function(**kwargs)` in a fresh process and return its (picklable) result."""
+    w = Worker({"kind": "call", "target": target, "kwargs": kwargs, "threads": threads}, timeout_s)
+    try:
+        return w.ready()
+    finally:
+        w.kill()
