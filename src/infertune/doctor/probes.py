@@ -240,7 +240,7 @@ def cuda_runtimes() -> list[dict[str, str]]:
             found.append({"kind": "pip", "name": name, "version": d.version})
     for vj in sorted(glob.glob("/usr/local/cuda*/version.json")):
         try:
-            v = json.loads(open(vj).read()).get("cuda", {}).get("version")
+            v = json.loads(_read(vj) or "{}").get("cuda", {}).get("version")
             found.append({"kind": "toolkit", "name": vj.rsplit("/", 1)[0], "version": v or "?"})
         except (OSError, ValueError):
             pass
