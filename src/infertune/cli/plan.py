@@ -1,0 +1,68 @@
+"""`infertune plan`: thin shell over infertune.plan.planner.plan()."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan_cmd)
+
+
+def plan_cmd(
+    model: Annotated[str, typer.Argument(help="model directory or config.json (weights not needed)")],
+    gpu: Annotated[str, typer.Option(help="GPU name, e.g. H200, H100, A100-PCIe, L4, RTX-4090")],
+    gpus: Annotated[int | None, typer.Option(help="GPUs available (default: search TP up to 8)")] = None,
+    workload: Annotated[Path | None, typer.Option(help="JSONL of requests (prompt_tokens/output_tokens or text)")] = None,
+    context: Annotated[int | None, typer.Option(help="max_model_len: prompt + output tokens per sequence")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="concurrent sequences to serve")] = None,
+    dtype: Annotated[str, typer.Option(help="weights: auto|bf16|fp16|fp8|int8|int4")] = "auto",
+    kv_cache_dtype: Annotated[str, typer.Option(help="auto (16-bit) or fp8")] = "auto",
+    gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM's memory fraction")] = 0.9,
+    gpu_memory_gib: Annotated[float | None, typer.Option(help="override the GPU's memory (GiB)")] = None,
+    max_num_batched_tokens: Annotated[int | None, typer.Option(help="vLLM's; sizes the profile-run activations")] = None,
+    kv_cache_memory_gib: Annotated[float | None, typer.Option(help="KV memory if known (e.g. from a vLLM log)")] = None,
+    fixed_shapes: Annotated[bool, typer.Option(help="inputs have fixed shapes (favours TensorRT)")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON on stdout")] = False,
+) -> None:
+    """Weights per dtype, KV capacity at vLLM's memory fraction, max concurrency, smallest TP that fits,
+    prefill/decode rooflines, an engine recommendation and the exact vllm / trtexec / docker commands."""
+    from rich.console import Console
+
+    from infertune.plan.planner import PlanConfig, plan
+
+    r = plan(PlanConfig(
+        model=model, gpu=gpu, gpus=gpus, workload=workload, context=context, concurrency=concurrency, dtype=dtype,
+        kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization, gpu_memory_gib=gpu_memory_gib,
+        max_num_batched_tokens=max_num_batched_tokens, fixed_shapes=fixed_shapes,
+        kv_cache_memory_bytes=int(kv_cache_memory_gib * 2**30) if kv_cache_memory_gib else None,
+    ))
+    con = Console(stderr=True)
+    g = 2**30
+    con.print(f"[bold]{r.model}[/] on {r.gpu['name']} ({r.gpu['memory_gib']} GiB, {r.gpu['bandwidth_gbs']} GB/s): "
+              f"{r.params / 1e9:.2f} B params ({r.params_active / 1e9:.2f} B active)", highlight=False)
+    con.print("weights: " + ", ".join(f"{d} {b / g:.2f} GiB" for d, b in r.weights_bytes_by_dtype.items()), highlight=False)
+    b = r.memory_budget
+    con.print(f"per GPU at TP={r.tensor_parallel_size or r.valid_tp_sizes[-1]}, {r.dtype}: {b['requested'] / g:.2f} GiB "
+              f"budget - weights {b['weights'] / g:.2f} - activations {b['activation_peak'] / g:.2f} - non-torch "
+              f"{b['non_torch'] / g:.2f} = KV {r.kv_cache_bytes / g:.2f} GiB", highlight=False)
+    con.print(f"KV: {r.kv_bytes_per_token / 1024:.1f} KiB/token ({r.kv_bytes_per_token_per_gpu / 1024:.1f} per GPU), "
+              f"{r.kv_blocks} blocks = {r.kv_tokens} tokens; max concurrency at {r.context} tokens: {r.max_concurrency:.2f}x",
+              highlight=False)
+    con.print(f"fits: {r.fits}; smallest TP: {r.tensor_parallel_size}; TP for {r.concurrency} sequences: "
+              f"{r.tensor_parallel_for_concurrency}; valid TP sizes: {r.valid_tp_sizes}", highlight=False)
+    for d, x in r.roofline.items():
+        pre = f"{x['prefill_ms']:.1f} ms" if x["prefill_ms"] is not None else "n/a (no published peak)"
+        con.print(f"  roofline {d:>5}: decode step {x['decode_step_ms_bs1']:.3f} ms (bs=1), prefill of "
+                  f"{x['prefill_tokens']} tokens {pre}  [bounds, not measurements]", highlight=False)
+    con.print(f"engine: [bold]{r.engine.name}[/] - " + "; ".join(r.engine.reasons), highlight=False)
+    for k, v in r.commands.items():
+        con.print(f"[dim]{k}:[/] {v}", highlight=False, soft_wrap=True)
+    for n in r.notes:
+        con.print(f"[dim]note: {n}[/]", highlight=False)
+    if as_json:
+        typer.echo(json.dumps(r.model_dump(mode="json"), indent=2))

@@ -1,0 +1,1 @@
+"""`infertune plan`: memory, KV capacity, roofline and commands for serving a model on a named GPU."""

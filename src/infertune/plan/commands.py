@@ -1,0 +1,42 @@
+"""Exact commands for the planned deployment: `vllm serve`, `trtexec` and `docker run`."""
+
+from __future__ import annotations
+
+import shlex
+
+QUANT_FLAG = {"fp8": "fp8", "int4": "awq_marlin", "int8": None, "bf16": None, "fp16": None}
+
+
+def vllm_cmd(model: str, *, max_model_len: int, max_num_seqs: int, util: float, tp: int, kv_dtype: str,
+             dtype: str, served_path: str | None = None) -> str:
+    parts = ["vllm", "serve", served_path or model, "--max-model-len", str(max_model_len),
+             "--max-num-seqs", str(max_num_seqs), "--gpu-memory-utilization", f"{util:g}",
+             "--tensor-parallel-size", str(tp), "--kv-cache-dtype", "fp8" if kv_dtype == "fp8" else "auto"]
+    q = QUANT_FLAG.get(dtype)
+    if q:
+        parts += ["--quantization", q]
+    elif dtype in ("bf16", "fp16"):
+        parts += ["--dtype", "bfloat16" if dtype == "bf16" else "float16"]
+    return shlex.join(parts)
+
+
+def trtexec_cmd(onnx: str, *, min_len: int, opt_len: int, max_len: int, opt_batch: int, max_batch: int,
+                dtype: str, inputs: tuple[str, ...] = ("input_ids", "attention_mask")) -> str:
+    def shapes(b: int, n: int) -> str:
+        return ",".join(f"{i}:{b}x{n}" for i in inputs)
+
+    prec = {"fp16": ["--fp16"], "bf16": ["--bf16"], "fp8": ["--fp8"], "int8": ["--int8"]}.get(dtype, ["--fp16"])
+    return shlex.join(["trtexec", f"--onnx={onnx}", f"--saveEngine={onnx.rsplit('.', 1)[0]}.plan",
+                       f"--minShapes={shapes(1, min_len)}", f"--optShapes={shapes(opt_batch, opt_len)}",
+                       f"--maxShapes={shapes(max_batch, max_len)}", *prec])
+
+
+def docker_cmd(model_dir: str, name: str, vllm_args: str, gpus: int, tp: int) -> str:
+    """The model is mounted read-only, not baked into the image; NCCL needs host IPC (or a big /dev/shm)."""
+    devices = "all" if gpus <= 1 and tp <= 1 else f'"device={",".join(str(i) for i in range(max(gpus, tp)))}"'
+    shm = ["--ipc=host"] if tp > 1 else ["--shm-size=2g"]
+    args = shlex.split(vllm_args)[2:]  # drop "vllm serve"
+    target = f"/models/{name}"
+    return shlex.join(["docker", "run", "--rm", "--gpus", devices, *shm, "-p", "8000:8000",
+                       "-v", f"{model_dir}:{target}:ro", "-e", "HF_HUB_OFFLINE=1",
+                       "vllm/vllm-openai:latest", "--model", target, *args[1:]])

@@ -1,0 +1,248 @@
+"""`infertune plan`: will this model fit on this GPU under vLLM, how much KV cache and concurrency does
+it get, how fast can it be at best, and the commands to run it.
+
+vLLM's budget (v1 gpu_worker, memory profiling), per GPU:
+  kv_cache = total x gpu_memory_utilization - weights - activation peak of the profile run - non-torch
+The activation peak is modelled as the MLP intermediate of `max_num_batched_tokens` tokens (or the
+sampler's fp32 logits for `max_num_seqs` sequences, whichever is larger); non-torch memory (CUDA context,
+cuBLAS workspaces, NCCL buffers with TP) is a constant. Blocks = kv_cache // (block_size x KV bytes per
+token); max concurrency = blocks / ceil(max_model_len / block_size), as vLLM logs it.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from infertune.plan.arch import DTYPE_BYTES, Arch, arch_from_config, load_config
+from infertune.plan.gpus import find_gpu, peak_tflops
+
+GIB = 2**30
+DTYPES = ("bf16", "fp8", "int8", "int4")
+
+
+class PlanConfig(BaseModel):
+    model: str
+    gpu: str
+    gpus: int | None = Field(None, ge=1, description="GPUs available; default: search TP up to 8")
+    workload: Path | None = None
+    context: int | None = Field(None, gt=0, description="max_model_len: prompt + output tokens")
+    concurrency: int | None = Field(None, gt=0)
+    dtype: Literal["auto", "bf16", "fp16", "fp8", "int8", "int4"] = "auto"
+    kv_cache_dtype: Literal["auto", "fp8"] = "auto"
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="vLLM's default (0.92 in newer docs)")
+    gpu_memory_gib: float | None = Field(None, gt=0, description="override the spec table, e.g. nvidia-smi's figure")
+    max_num_batched_tokens: int | None = Field(None, gt=0)
+    max_num_seqs: int | None = Field(None, gt=0)
+    kv_cache_memory_bytes: int | None = Field(None, gt=0, description="KV memory known (e.g. from vLLM's log)")
+    block_size: int = Field(16, gt=0)
+    non_torch_gib: float = Field(0.5, ge=0, description="CUDA context + library workspaces per GPU")
+    nccl_gib: float = Field(0.5, ge=0, description="extra non-torch memory per GPU when TP > 1")
+    fixed_shapes: bool = False
+
+
+class Engine(BaseModel):
+    name: str
+    reasons: list[str]
+
+
+class PlanResult(BaseModel):
+    model: str
+    gpu: dict[str, Any]
+    context: int
+    concurrency: int
+    dtype: str
+    kv_cache_dtype: str
+    params: int
+    params_active: int
+    weights_bytes: int
+    weights_bytes_by_dtype: dict[str, int]
+    kv_bytes_per_token: int  # whole model, per token (per GPU: kv_bytes_per_token_per_gpu)
+    kv_bytes_per_token_per_gpu: int
+    kv_cache_bytes: int  # per GPU, at the chosen TP
+    kv_blocks: int
+    kv_tokens: int
+    max_concurrency: float
+    fits: bool
+    tensor_parallel_size: int | None
+    tensor_parallel_for_concurrency: int | None
+    valid_tp_sizes: list[int]
+    memory_budget: dict[str, float]
+    decode_step_ms_roofline: float | None
+    roofline: dict[str, dict[str, float | None]]
+    engine: Engine
+    commands: dict[str, str]
+    workload: dict[str, Any] = {}
+    notes: list[str] = []
+
+
+def _pct(xs: list[int], q: float) -> int:
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, math.ceil(q / 100 * len(s)) - 1))]
+
+
+def valid_tp(a: Arch, limit: int) -> list[int]:
+    """vLLM needs heads % TP == 0, and KV heads to split evenly or replicate evenly."""
+    out = []
+    for tp in (1, 2, 4, 8, 16):
+        if tp > limit or a.heads % tp:
+            continue
+        if not a.mla and not (a.kv_heads % tp == 0 or tp % a.kv_heads == 0):
+            continue
+        out.append(tp)
+    return out
+
+
+def budget(a: Arch, cfg: PlanConfig, total: float, dtype: str, tp: int, batched: int, seqs: int) -> dict[str, float]:
+    weights = a.weights_bytes(dtype) / tp
+    act = max(a.activation_bytes_per_token(dtype, tp) * batched, seqs * a.vocab * 4.0)
+    non_torch = (cfg.non_torch_gib + (cfg.nccl_gib if tp > 1 else 0)) * GIB
+    requested = total * cfg.gpu_memory_utilization
+    kv = cfg.kv_cache_memory_bytes if cfg.kv_cache_memory_bytes else requested - weights - act - non_torch
+    return {"total": total, "requested": requested, "weights": weights, "activation_peak": act,
+            "non_torch": non_torch, "kv_cache": kv}
+
+
+def kv_fit(a: Arch, cfg: PlanConfig, kv_bytes: float, tp: int, context: int) -> tuple[int, int, float]:
+    per_tok = a.kv_bytes_per_token("fp8" if cfg.kv_cache_dtype == "fp8" else "bf16", tp)
+    page = cfg.block_size * per_tok  # all layers of one block
+    blocks = int(kv_bytes // page) if kv_bytes > 0 and page else 0
+    return blocks, per_tok, blocks / math.ceil(context / cfg.block_size) if blocks else 0.0
+
+
+def _engine(a: Arch, g: dict, dtype: str, conc: int, fits: bool, cfg: PlanConfig) -> Engine:
+    r: list[str] = []
+    edge = g.get("kind") == "laptop" or g["memory_gib"] <= 12
+    if a.encoder:
+        if cfg.fixed_shapes:
+            return Engine(name="tensorrt", reasons=["encoder with known input shapes: a TensorRT engine built for the "
+                          "workload's length range (trtexec below) runs fastest", "export to ONNX first (infertune tune)"])
+        return Engine(name="infertune-serve", reasons=["encoder (embedding) model: dynamic batching of variable-length "
+                      "requests; `infertune tune` picks the backend (torch, ONNX Runtime) on this hardware"])
+    if edge:
+        r.append(f"{g['name']} has {g['memory_gib']} GiB: edge-class, so 4-bit weights (AWQ/GPTQ, or GGUF with "
+                 "llama.cpp) leave room for the KV cache")
+    if dtype in ("int4", "fp8") and not edge:
+        r.append(f"bf16 weights do not fit with room for the KV cache, so {dtype} weights")
+    if conc > 1 or not cfg.fixed_shapes:
+        r.append(f"decoder with dynamic batching ({conc} concurrent sequences): continuous batching and paged KV "
+                 "cache (vLLM; TensorRT-LLM is the NVIDIA-only alternative with an engine build per GPU and shape)")
+        name = "vllm"
+    else:
+        r.append("single stream with fixed shapes: TensorRT-LLM's compiled engine minimises per-token latency")
+        name = "tensorrt-llm"
+    if not fits:
+        r.append("does not fit even at the largest tensor-parallel size tried: use more GPUs or smaller weights")
+    return Engine(name=name if fits or not edge else "llama.cpp", reasons=r)
+
+
+def plan(cfg: PlanConfig) -> PlanResult:
+    """Size a vLLM deployment of `cfg.model` on `cfg.gpu` (config-only: no weights, no torch)."""
+    from infertune.plan.commands import docker_cmd, trtexec_cmd, vllm_cmd
+
+    a = arch_from_config(load_config(cfg.model))
+    g = find_gpu(cfg.gpu)
+    total = (cfg.gpu_memory_gib or g["memory_gib"]) * GIB
+    notes: list[str] = []
+    wl: dict[str, Any] = {}
+    prompts: list[int] = []
+    if cfg.workload:
+        from infertune.plan.workload import request_lengths
+
+        prompts, outs, how = request_lengths(cfg.workload)
+        lens = [p + o for p, o in zip(prompts, outs, strict=False)] if outs else prompts
+        wl = {"source": str(cfg.workload), "requests": len(prompts), "lengths": how,
+              **{f"prompt_p{q}": _pct(prompts, q) for q in (0, 50, 90, 99, 100)},
+              "total_p99": _pct(lens, 99), "total_max": max(lens)}
+    context = cfg.context or (int(math.ceil(wl["total_max"] / 256) * 256) if wl else min(a.max_positions or 8192, 8192))
+    if not cfg.context and not wl:
+        notes.append(f"no --context or --workload: planning for {context} tokens per sequence")
+    if a.max_positions and context > a.max_positions:
+        notes.append(f"context {context} exceeds the model's max_position_embeddings {a.max_positions}")
+    conc = cfg.concurrency or 1
+    big = total >= 70 * GIB and "a100" not in g["name"].lower()  # vLLM's serve defaults (EngineArgs.get_batch_defaults)
+    batched = cfg.max_num_batched_tokens or (8192 if big else 2048)
+    seqs = cfg.max_num_seqs or max(conc, 1)
+    limit = cfg.gpus or (1 if cfg.kv_cache_memory_bytes else 8)  # a measured KV size belongs to one setup
+    tps = valid_tp(a, limit) or [1]
+    cc = tuple(int(x) for x in g["cc"].split("."))
+    by_dtype = {d: a.weights_bytes(d) for d in DTYPES}
+
+    def first_fit(dtype: str, need_conc: float) -> int | None:
+        for tp in tps:
+            b = budget(a, cfg, total, dtype, tp, batched, seqs)
+            blocks, _, c = kv_fit(a, cfg, b["kv_cache"], tp, context)
+            if blocks and c >= need_conc and (a.encoder or blocks * cfg.block_size >= context):
+                return tp
+        return None
+
+    dtype = cfg.dtype if cfg.dtype != "auto" else ("bf16" if cfg.kv_cache_memory_bytes else None)
+    if dtype is None:
+        options = ["bf16"] + (["fp8"] if cc >= (8, 9) else []) + ["int4"]
+        dtype = next((d for d in options if first_fit(d, 1.0)), "bf16")
+        if dtype != "bf16":
+            notes.append(f"bf16 weights do not fit on {limit} x {g['name']}; planning with {dtype}")
+    if dtype == "fp8" and cc < (8, 9):
+        notes.append(f"{g['name']} (CC {g['cc']}) has no FP8 tensor cores: vLLM runs FP8 checkpoints weight-only (Marlin)")
+    tp = first_fit(dtype, 1.0)
+    tp_conc = first_fit(dtype, float(conc))
+    use_tp = tp or tps[-1]
+    b = budget(a, cfg, total, dtype, use_tp, batched, seqs)
+    blocks, per_tok_gpu, max_conc = kv_fit(a, cfg, b["kv_cache"], use_tp, context)
+    kv_dt = "fp8" if cfg.kv_cache_dtype == "fp8" else "bf16"
+    bw = g["bandwidth_gbs"] * 1e9
+    roof: dict[str, dict[str, float | None]] = {}
+    p_len = wl.get("prompt_p50") or context
+    for d in DTYPES:
+        read = a.decode_read_bytes(d) / use_tp
+        kv_read = a.kv_bytes_per_token(kv_dt, use_tp) * context
+        peak = peak_tflops(g, d)
+        fl = a.flops_per_token(p_len, "prefill")
+        prefill_flops = p_len * (fl["linear"] + fl["attention"] / 2) + fl["lm_head"] * p_len  # causal: half the square
+        roof[d] = {
+            "weights_gib": a.weights_bytes(d) / GIB,
+            "decode_step_ms_bs1": (read + kv_read) / bw * 1e3,
+            "decode_step_ms_at_concurrency": (read + conc * kv_read) / bw * 1e3,
+            "decode_tokens_per_s_at_concurrency": conc / ((read + conc * kv_read) / bw),
+            "prefill_ms": max(prefill_flops / (peak * 1e12 * use_tp), read / bw) * 1e3 if peak else None,
+            "prefill_tokens": p_len,
+        }
+    if a.sliding_window_layers:
+        notes.append(f"{a.sliding_window_layers} sliding-window layers counted as full attention (KV overestimated)")
+    notes.append("rooflines use the spec bandwidth and dense peak (an upper bound on speed); measured decode on an "
+                 "H200 reaches ~86% of spec bandwidth for copies, less for small models with per-layer overheads")
+    notes.append(f"activation peak modelled for max_num_batched_tokens={batched}, max_num_seqs={seqs}; "
+                 f"non-torch memory {cfg.non_torch_gib} GiB per GPU (+{cfg.nccl_gib} GiB with TP > 1)")
+    engine = _engine(a, g, dtype, conc, tp is not None, cfg)
+    name = Path(str(cfg.model)).name.removesuffix(".json") or "model"
+    mp = Path(cfg.model).expanduser()
+    model_dir = str((mp.parent if mp.suffix == ".json" else mp).resolve()) if mp.exists() else str(cfg.model)
+    vcmd = vllm_cmd(model_dir, max_model_len=context, max_num_seqs=max(1, min(conc, int(max_conc) or 1)),
+                    util=cfg.gpu_memory_utilization, tp=use_tp, kv_dtype=kv_dt, dtype=dtype)
+    lo = wl.get("prompt_p0", 1)
+    hi = max(wl.get("prompt_p99", context), lo)
+    commands = {
+        "vllm": vcmd,
+        "trtexec": trtexec_cmd(f"{name}.onnx", min_len=lo, opt_len=max(wl.get("prompt_p50", hi // 2), lo), max_len=hi,
+                               opt_batch=max(1, min(conc, 8)), max_batch=max(1, conc),
+                               dtype="fp16" if dtype in ("bf16", "int4") else dtype),
+        "docker": docker_cmd(model_dir, name, vcmd, cfg.gpus or use_tp, use_tp),
+    }
+    return PlanResult(
+        model=str(cfg.model), gpu=g, context=context, concurrency=conc, dtype=dtype, kv_cache_dtype=kv_dt,
+        params=a.params(), params_active=a.params(active=True), weights_bytes=by_dtype[dtype] if dtype in by_dtype
+        else a.weights_bytes(dtype), weights_bytes_by_dtype=by_dtype,
+        kv_bytes_per_token=a.kv_bytes_per_token(kv_dt), kv_bytes_per_token_per_gpu=per_tok_gpu,
+        kv_cache_bytes=int(max(b["kv_cache"], 0)), kv_blocks=blocks, kv_tokens=blocks * cfg.block_size,
+        max_concurrency=round(max_conc, 4), fits=tp is not None, tensor_parallel_size=tp,
+        tensor_parallel_for_concurrency=tp_conc, valid_tp_sizes=tps, memory_budget=b,
+        decode_step_ms_roofline=roof.get(dtype, {}).get("decode_step_ms_bs1") if dtype in roof else
+        (a.decode_read_bytes(dtype) / use_tp + per_tok_gpu * context) / bw * 1e3,
+        roofline=roof, engine=engine, commands=commands, workload=wl, notes=notes,
+    )
+
+
+__all__ = ["PlanConfig", "PlanResult", "plan", "DTYPE_BYTES"]
