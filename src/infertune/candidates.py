@@ -26,15 +26,14 @@ def default_candidates(device: str, quick: bool = False) -> list[Candidate]:
     fixed32 = Batching(kind="fixed", size=32)
     c: list[Candidate] = [BASELINE, reference(device)]
     if device == "cpu":
-        c += [Candidate(backend="torch-eager", precision="fp32", batching=fixed32)]
         c += [Candidate(backend="torch-eager", precision="bf16", batching=b)
-              for b in (fixed32, _tokens(512, device), tb, _tokens(2048, device))]
+              for b in (fixed32, _tokens(512, device), _tokens(768, device), tb, _tokens(2048, device))]
         c += [Candidate(backend="torch-eager", precision="int8", quant="torch.ao-dynamic", batching=tb),
               Candidate(backend="onnxruntime", precision="fp32", batching=tb),
               Candidate(backend="onnxruntime", precision="int8", quant="ort-dynamic", batching=tb)]
         if not quick:
+            # torchao int8 weight-only is left out on CPU: eager it runs slower than fp32 here (see docs)
             c += [Candidate(backend="torch-compile", precision="bf16", batching=tb),
-                  Candidate(backend="torch-eager", precision="int8", quant="torchao-int8-wo", batching=tb),
                   Candidate(backend="torch-compile", precision="int8", quant="torchao-int8-dyn", batching=tb)]
     else:
         big = _tokens(65536, device)

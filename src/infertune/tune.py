@@ -46,7 +46,7 @@ def _workload(cfg: TuneConfig, spec, tokenizer) -> tuple[list[str], list[str], W
     lengths = [len(x) for x in tokenizer(wl.items, truncation=False)["input_ids"]]
     calib, evals = stratified_split(lengths, cfg.eval_fraction, cfg.seed)
     # CPU passes are slow: cap the eval split so a full tune fits in minutes. GPU passes are fast: use it all.
-    cap = cfg.max_eval_items or (120 if cfg.quick else 400 if cfg.device == "cpu" else 5000)
+    cap = cfg.max_eval_items or (120 if cfg.quick else 320 if cfg.device == "cpu" else 5000)
     evals = stratified_subsample(evals, lengths, cap, cfg.seed)
     calib = stratified_subsample(calib, lengths, 32 if cfg.quick else 64, cfg.seed)
     a = np.asarray(lengths)
@@ -219,26 +219,25 @@ def tune(config: TuneConfig | None = None, quiet: bool = False,
         if cfg.sensitivity and cfg.device == "cpu" and candidates is None and (
                 not cfg.candidates or any("mixed" in f for f in cfg.candidates)):
             _mixed(run, result, cands)
-        # 3. interleaved timed rounds
+        # 3. interleaved timed rounds (round 0 warms up), then confirmation rounds for the leaders
         live = [run.cands[k] for k, r in run.results.items() if r.status == "ok"]
         passes: dict[str, list[dict]] = {c.id: [] for c in live}
         peaks: dict[str, tuple] = {}
         rounds = max(1, cfg.rounds if not cfg.quick else min(cfg.rounds, 2))
+        per_call = 1 if cfg.device == "cpu" else 3
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=True, disable=quiet) as bar:
             task = bar.add_task("measuring", total=len(live) * (rounds + 1))
-            for r in range(rounds + 1):  # round 0 is the warm-up
-                for c in live:
-                    bar.update(task, description=f"round {r}/{rounds} {c.id}")
-                    got = run.measure(c, warmup=0, passes=1 if cfg.device == "cpu" else 3)
-                    if got is not None and r > 0:
-                        passes[c.id] += got["passes"]
-                        peaks[c.id] = (got["peak_rss_mb"], got["peak_gpu_mb"])
-                    bar.advance(task)
-        for c in live:
-            if run.results[c.id].status == "ok" and passes[c.id]:
-                m = summarize(passes[c.id], *peaks[c.id])
-                run.record(c, measurement=m, items_per_s=m.items_per_s, latency_ms=m.latency_ms)
+            for r in range(rounds + 1):
+                _round(run, live, r, passes, peaks, per_call, bar, task, f"round {r}/{rounds}")
+            _finalize(run, live, passes, peaks)
+            leaders = _leaders(run, result, cfg, live)
+            if leaders and not cfg.quick:
+                bar.update(task, total=len(live) * (rounds + 1) + len(leaders) * cfg.confirm_rounds)
+                for r in range(cfg.confirm_rounds):
+                    _round(run, leaders, r + 1, passes, peaks, per_call, bar, task,
+                           f"confirm {r + 1}/{cfg.confirm_rounds}")
+        _finalize(run, live, passes, peaks)
         _update(result, run)
         decide(result, cfg)
         _write(result, out)
@@ -259,6 +258,36 @@ def tune(config: TuneConfig | None = None, quiet: bool = False,
     except Exception as e:  # noqa: BLE001 - a plotting problem must not lose the results
         console.print(f"[yellow]report.html not written: {e}[/]")
     return result
+
+
+def _round(run: _Run, cands: list[Candidate], r: int, passes: dict, peaks: dict, per_call: int, bar, task,
+           label: str) -> None:
+    for c in cands:
+        bar.update(task, description=f"{label} {c.id}")
+        got = run.measure(c, warmup=0, passes=per_call)
+        if got is not None and r > 0:
+            passes[c.id] += got["passes"]
+            peaks[c.id] = (got["peak_rss_mb"], got["peak_gpu_mb"])
+        bar.advance(task)
+
+
+def _finalize(run: _Run, live: list[Candidate], passes: dict, peaks: dict) -> None:
+    for c in live:
+        if run.results[c.id].status == "ok" and passes[c.id]:
+            m = summarize(passes[c.id], *peaks[c.id])
+            run.record(c, measurement=m, items_per_s=m.items_per_s, latency_ms=m.latency_ms)
+
+
+def _leaders(run: _Run, result: TuneResult, cfg: TuneConfig, live: list[Candidate]) -> list[Candidate]:
+    """The naive baseline and the (up to) three fastest candidates that currently meet the SLO and the
+    budget: they get extra interleaved passes so the final pick and its ratio rest on more samples."""
+    _update(result, run)
+    trial = result.model_copy(deep=True)
+    decide(trial, cfg)
+    ok = [r for r in trial.candidates if r.status == "ok" and r.meets_slo and r.meets_accuracy
+          and r.name != BASELINE.id]
+    top = {r.name for r in sorted(ok, key=lambda r: -(r.items_per_s or 0))[:3]}
+    return [c for c in live if c.id in top or c.id == BASELINE.id] if top else []
 
 
 def _quiet_libraries() -> None:

@@ -23,7 +23,7 @@ def tune_cmd(
     quick: Annotated[bool, typer.Option(help="fewer candidates, items and rounds (about 2 min on 2 cores)")] = False,
     out: Annotated[Path | None, typer.Option(help="output directory (default runs/<timestamp>)")] = None,
     candidates: Annotated[str | None, typer.Option(help="comma-separated substrings of candidate ids to keep, e.g. 'bf16,onnxruntime'")] = None,
-    rounds: Annotated[int, typer.Option(help="timed passes over the eval split per candidate, interleaved")] = 4,
+    rounds: Annotated[int, typer.Option(help="timed passes over the eval split per candidate, interleaved (after one warm-up pass)")] = 3,
     threads: Annotated[int | None, typer.Option(help="torch/ORT threads (default: all cores)")] = None,
     max_eval_items: Annotated[int | None, typer.Option(help="cap on eval items (stratified by length)")] = None,
     pooling: Annotated[str | None, typer.Option(help="override pooling for plain HF encoders: mean|cls|max|last")] = None,
