@@ -45,7 +45,8 @@ def _workload(cfg: TuneConfig, spec, tokenizer) -> tuple[list[str], list[str], W
     wl = load_workload(cfg.workload)
     lengths = [len(x) for x in tokenizer(wl.items, truncation=False)["input_ids"]]
     calib, evals = stratified_split(lengths, cfg.eval_fraction, cfg.seed)
-    cap = cfg.max_eval_items or (120 if cfg.quick else 400)
+    # CPU passes are slow: cap the eval split so a full tune fits in minutes. GPU passes are fast: use it all.
+    cap = cfg.max_eval_items or (120 if cfg.quick else 400 if cfg.device == "cpu" else 5000)
     evals = stratified_subsample(evals, lengths, cap, cfg.seed)
     calib = stratified_subsample(calib, lengths, 32 if cfg.quick else 64, cfg.seed)
     a = np.asarray(lengths)
@@ -70,6 +71,7 @@ class _Run:
     def __init__(self, cfg: TuneConfig, spec, calib: list[str], evals: list[str], out: Path, console):
         self.cfg, self.spec, self.calib, self.evals, self.out, self.console = cfg, spec, calib, evals, out, console
         self.workers: dict[str, Worker] = {}
+        self.dead: dict[str, tuple[str, str]] = {}  # engine_id -> (status, reason) for skipped/failed engines
         self.results: dict[str, CandidateResult] = {}
         self.cands: dict[str, Candidate] = {}
         self.ref_vectors = None
@@ -87,14 +89,20 @@ class _Run:
         from infertune.registry import load_backend
 
         if c.engine_id in self.workers:
-            self.record(c, status="ok", prepare_s=self.results[next(
-                k for k, v in self.cands.items() if v.engine_id == c.engine_id)].prepare_s)
+            sib = next(r for k, r in self.results.items()
+                       if self.cands[k].engine_id == c.engine_id and r.status == "ok")
+            self.record(c, status="ok", prepare_s=sib.prepare_s, executed=sib.executed)
             return True
+        if c.engine_id in self.dead:
+            status, why = self.dead[c.engine_id]
+            self.record(c, status=status, reason=why)
+            return False
         try:
             reason = load_backend(c.backend).available(c, self.cfg.device)
         except Exception as e:  # noqa: BLE001
             reason = f"availability check failed: {e}"
         if reason:
+            self.dead[c.engine_id] = ("skipped", reason)
             self.record(c, status="skipped", reason=reason)
             self.console.print(f"  [yellow]skip[/] {c.id}: {reason}")
             return False
@@ -102,11 +110,12 @@ class _Run:
                "threads": self.threads, "workdir": str(self.out / "work"), "texts": self.evals,
                "calibration": self.calib}
         self.console.print(f"  preparing {c.engine_id} ...")
-        w = Worker(job, self.cfg.candidate_timeout_s)
+        w = Worker(job, float(c.option("timeout_s", str(self.cfg.candidate_timeout_s))))
         try:
             info = w.ready()
         except WorkerFailed as e:
             w.kill()
+            self.dead[c.engine_id] = ("failed", f"prepare failed: {_short(e)}")
             self.record(c, status="failed", reason=f"prepare failed: {_short(e)}")
             self.console.print(f"  [red]failed[/] {c.id}: {_short(e)}")
             return False
@@ -127,18 +136,19 @@ class _Run:
         ok, why = within_budget(acc, self.cfg.accuracy)
         self.record(c, accuracy=acc, meets_accuracy=ok, reason=why)
 
-    def measure(self, c: Candidate, warmup: int) -> dict | None:
+    def measure(self, c: Candidate, warmup: int, passes: int = 1) -> dict | None:
         w = self.workers.get(c.engine_id)
         if w is None or self.results[c.id].status == "failed":
             return None
         try:
-            return w.call("measure", batching=c.batching.model_dump(), warmup=warmup, passes=1)
+            return w.call("measure", batching=c.batching.model_dump(), warmup=warmup, passes=passes)
         except WorkerFailed as e:
             self.fail(c, f"measurement failed: {_short(e)}")
             return None
 
     def fail(self, c: Candidate, why: str) -> None:
         self.console.print(f"  [red]failed[/] {c.id}: {why}")
+        self.dead[c.engine_id] = ("failed", why)
         for _cid, other in self.cands.items():
             if other.engine_id == c.engine_id:
                 self.record(other, status="failed", reason=why)
@@ -157,8 +167,12 @@ def _short(e: Exception) -> str:
     return text[0][:300] if text else type(e).__name__
 
 
-def tune(config: TuneConfig | None = None, quiet: bool = False) -> TuneResult:
-    """Tune an embedding model on a workload; returns the TuneResult also written to results.json."""
+def tune(config: TuneConfig | None = None, quiet: bool = False,
+         candidates: list[Candidate] | None = None) -> TuneResult:
+    """Tune an embedding model on a workload; returns the TuneResult also written to results.json.
+
+    `candidates` replaces the default candidate list (the naive baseline and the fp32 reference are
+    always added), e.g. to try a third-party backend registered under the `infertune.backends` group."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from infertune.models.embedding import embedding_spec, load_tokenizer
@@ -166,6 +180,7 @@ def tune(config: TuneConfig | None = None, quiet: bool = False) -> TuneResult:
 
     cfg = config or TuneConfig()
     console = _console(quiet)
+    _quiet_libraries()
     t_start = time.perf_counter()
     ref = resolve_model(cfg.model)
     if ref.format in ("gguf", "config") or (ref.format == "hf" and _is_causal(ref.path)):
@@ -188,8 +203,8 @@ def tune(config: TuneConfig | None = None, quiet: bool = False) -> TuneResult:
     result = TuneResult(model=spec.name, config=cfg.model_dump(mode="json"), environment=env, workload=summary,
                         started=env.timestamp, out_dir=str(out), reference=reference(cfg.device).id)
     run = _Run(cfg, spec, calib, evals, out, console)
-    cands = [c for c in default_candidates(cfg.device, cfg.quick)
-             if c in (BASELINE, reference(cfg.device)) or matches(c, cfg.candidates)]
+    pool = candidates if candidates is not None else default_candidates(cfg.device, cfg.quick)
+    cands = [BASELINE] + [c for c in pool if c not in (BASELINE, reference(cfg.device)) and matches(c, cfg.candidates)]
     try:
         # 1. reference first: every other candidate is verified against its vectors
         ordered = [reference(cfg.device)] + [c for c in cands if c != reference(cfg.device)]
@@ -201,8 +216,8 @@ def tune(config: TuneConfig | None = None, quiet: bool = False) -> TuneResult:
             _update(result, run)
             _write(result, out)
         # 2. mixed precision: per-layer sensitivity, then greedy keep-high
-        if cfg.sensitivity and cfg.device == "cpu" and matches(Candidate(backend="x", precision="mixed"),
-                                                                 cfg.candidates or ["mixed"]):
+        if cfg.sensitivity and cfg.device == "cpu" and candidates is None and (
+                not cfg.candidates or any("mixed" in f for f in cfg.candidates)):
             _mixed(run, result, cands)
         # 3. interleaved timed rounds
         live = [run.cands[k] for k, r in run.results.items() if r.status == "ok"]
@@ -215,7 +230,7 @@ def tune(config: TuneConfig | None = None, quiet: bool = False) -> TuneResult:
             for r in range(rounds + 1):  # round 0 is the warm-up
                 for c in live:
                     bar.update(task, description=f"round {r}/{rounds} {c.id}")
-                    got = run.measure(c, warmup=0)
+                    got = run.measure(c, warmup=0, passes=1 if cfg.device == "cpu" else 3)
                     if got is not None and r > 0:
                         passes[c.id] += got["passes"]
                         peaks[c.id] = (got["peak_rss_mb"], got["peak_gpu_mb"])
@@ -244,6 +259,21 @@ def tune(config: TuneConfig | None = None, quiet: bool = False) -> TuneResult:
     except Exception as e:  # noqa: BLE001 - a plotting problem must not lose the results
         console.print(f"[yellow]report.html not written: {e}[/]")
     return result
+
+
+def _quiet_libraries() -> None:
+    """Library chatter (progress bars, 'sequence longer than max length' for items we truncate on
+    purpose) would bury the report; real problems surface as candidate failures instead."""
+    import logging
+
+    try:
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()
+    except Exception:  # noqa: BLE001
+        pass
+    logging.getLogger("sentence_transformers").setLevel(logging.ERROR)
 
 
 def _is_causal(path: Path) -> bool:

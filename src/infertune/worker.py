@@ -22,8 +22,10 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _setup(threads: int | None) -> None:
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+def _setup(threads: int | None, device: str = "cpu") -> None:
+    # On a GPU host the tokenizer is the bottleneck and spare cores are plenty: let it use them.
+    # On CPU it would steal cores from the model.
+    os.environ["TOKENIZERS_PARALLELISM"] = "true" if device == "cuda" else "false"
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import logging
     import warnings
@@ -48,7 +50,7 @@ def _serve(conn, job: dict[str, Any]) -> None:
     from infertune.models.embedding import EmbeddingSpec
     from infertune.registry import load_backend
 
-    _setup(job.get("threads"))
+    _setup(job.get("threads"), job.get("device", "cpu"))
     spec = EmbeddingSpec(**job["spec"])
     cand = Candidate.model_validate(job["candidate"])
     device = job["device"]

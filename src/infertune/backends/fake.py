@@ -19,7 +19,7 @@ class _CharTokenizer:
     pad_token_id = 0
 
     def __call__(self, texts, truncation=False, max_length=None, **_):
-        ids = [[1] + [2 + (ord(c) % 200) for c in t.split()[0:max_length]] for t in texts]
+        ids = [[1] + [2 + (sum(map(ord, w)) % 200) for w in t.split()] for t in texts]
         if truncation and max_length:
             ids = [x[:max_length] for x in ids]
         return {"input_ids": ids}

@@ -1,0 +1,112 @@
+"""`infertune tune` end to end on the real MiniLM, through the CLI, as a user runs it."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from infertune.workload import load_workload
+
+CLI = [sys.executable, "-m", "infertune.cli.main"]
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
+
+
+def run_cli(*args, timeout=900):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=ENV, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def user_jsonl(tmp_path_factory):
+    """1,000 mixed-length texts, with over-length items, blank lines and non-ASCII text."""
+    rng = random.Random(3)
+    base = load_workload(None).items
+    lines = []
+    for i in range(1000):
+        if i % 50 == 0:
+            text = " ".join(rng.choice(base) for _ in range(12))  # far past 256 tokens
+        elif i % 37 == 0:
+            text = rng.choice(["Grüße aus Köln – naïve café", "机器学习模型部署", "Ελληνικά κείμενα εδώ", "😀 emoji + text"])
+        else:
+            text = rng.choice(base)
+        lines.append(json.dumps({"input": text}, ensure_ascii=False))
+        if i % 100 == 0:
+            lines.append("")
+    p = tmp_path_factory.mktemp("wl") / "user.jsonl"
+    p.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return p
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory, user_jsonl):
+    out = tmp_path_factory.mktemp("run")
+    r = run_cli("tune", "minilm", "--workload", str(user_jsonl), "--quick", "--candidates", "bf16,onnxruntime/fp32",
+                "--out", str(out), "--json")
+    return r, out
+
+
+@pytest.mark.slow
+def test_quick_tune_writes_contract_results_report_and_artifact(quick_run):
+    r, out = quick_run
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout)  # --json: stdout is only JSON
+    assert json.loads((out / "results.json").read_text())["winner"]["name"] == res["winner"]["name"]
+    assert {"baseline", "winner", "candidates", "environment", "config"} <= set(res)
+    for c in res["candidates"]:
+        assert {"name", "status", "reason", "items_per_s", "latency_ms", "accuracy"} <= set(c)
+        assert c["status"] in ("ok", "failed", "skipped", "rejected")
+        if c["status"] in ("ok", "rejected"):
+            assert {"p50", "p95", "p99"} <= set(c["latency_ms"])
+            assert {"cosine_mean", "cosine_min", "topk_overlap"} <= set(c["accuracy"])
+    win = res["winner"]
+    assert win["accuracy"]["cosine_mean"] >= 0.995 and win["accuracy"]["cosine_min"] >= 0.98
+    assert win["latency_ms"]["p99"] <= res["config"]["slo"]["p99_ms"]
+    assert res["workload"]["n_items"] == 1000 and res["workload"]["over_limit"] >= 20
+    html = (out / "report.html").read_text()
+    assert "<svg" in html and "Pareto" in html and "http" not in html.split("<body>")[1][:200]
+    assert (out / "artifact" / "manifest.json").exists()
+    assert "infertune serve" in r.stderr
+
+
+@pytest.mark.slow
+def test_artifact_reproduces_the_tuned_candidate(quick_run, user_jsonl):
+    from infertune.artifact import load_embedder, read_manifest
+    from infertune.config import Candidate
+    from infertune.models.embedding import embedding_spec
+    from infertune.registry import load_backend
+
+    _, out = quick_run
+    art = out / "artifact"
+    m = read_manifest(art)
+    texts = load_workload(user_jsonl).items[:40]
+    served = load_embedder(art).embed(texts)
+    cand = Candidate.model_validate(m["candidate"])
+    direct = load_backend(cand.backend).prepare(embedding_spec("minilm"), cand, "cpu", out / "w", texts).embed(texts)
+    cos = (served * direct).sum(1) / np.linalg.norm(served, axis=1) / np.linalg.norm(direct, axis=1)
+    assert cos.min() >= 0.9999
+
+
+@pytest.mark.parametrize("content,needle", [
+    ('{"input": "fine"}\n{"input": "oops",}\n', ":2: invalid JSON"),
+    ('{"input": "fine"}\n{"body": "no input field"}\n', ':2: no "input" or "text" field'),
+    ('{"input": "fine"}\n\n{"input": ["a", 3]}\n', ":3: field 'input' must be a string"),
+])
+def test_malformed_workload_exits_2_with_file_and_line(tmp_path, content, needle):
+    p = tmp_path / "bad.jsonl"
+    p.write_text(content)
+    r = run_cli("tune", "--workload", str(p), "--out", str(tmp_path / "o"), timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr and "bad.jsonl" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bad_model_and_flags_exit_2(tmp_path):
+    r = run_cli("tune", str(tmp_path / "nope"), timeout=60)
+    assert r.returncode == 2 and "neither a known alias" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("tune", "--min-cosine", "3", timeout=60)
+    assert r.returncode == 2 and "min_cosine_mean" in r.stderr
+    r = run_cli("tune", "--device", "tpu", timeout=60)
+    assert r.returncode == 2 and "cpu or cuda" in r.stderr

@@ -1,0 +1,41 @@
+import random
+
+import pytest
+
+from infertune.batching import padded_tokens, plan_batches
+from infertune.config import Batching
+
+
+@pytest.mark.parametrize("budget", [64, 512, 1024, 4096])
+def test_token_budget_batches_cover_all_items_once_and_respect_budget(budget):
+    rng = random.Random(budget)
+    lengths = [rng.randint(1, 300) for _ in range(500)]
+    batches = plan_batches(lengths, Batching(kind="tokens", size=budget, max_items=64))
+    flat = sorted(i for b in batches for i in b)
+    assert flat == list(range(len(lengths)))
+    for b in batches:
+        longest = max(lengths[i] for i in b)
+        assert len(b) <= 64
+        assert len(b) == 1 or len(b) * longest <= budget
+
+
+def test_token_batches_are_length_sorted_so_padding_is_small():
+    rng = random.Random(0)
+    lengths = [rng.randint(1, 256) for _ in range(1000)]
+    sorted_pad = padded_tokens(lengths, plan_batches(lengths, Batching(kind="tokens", size=2048)))
+    fixed_pad = padded_tokens(lengths, plan_batches(lengths, Batching(kind="fixed", size=16)))
+    assert sorted_pad < 0.7 * fixed_pad
+    assert sorted_pad >= sum(lengths)
+
+
+def test_fixed_batches_keep_order():
+    batches = plan_batches([5] * 10, Batching(kind="fixed", size=4))
+    assert batches == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+def test_candidate_ids_are_stable_and_hashable():
+    from infertune.config import Candidate
+
+    c = Candidate(backend="torch-compile", precision="bf16", batching=Batching(kind="tokens", size=8192))
+    assert c.id == "torch-compile/bf16/tokens-8192"
+    assert hash(c) == hash(Candidate(backend="torch-compile", precision="bf16", batching=Batching(size=8192)))

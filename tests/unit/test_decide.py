@@ -1,0 +1,37 @@
+from infertune.config import SLO, AccuracyBudget, TuneConfig
+from infertune.decide import decide, pareto_front
+from infertune.results import Accuracy, CandidateResult, EnvFingerprint, Latency, TuneResult
+
+
+def _r(name, ips, p99, cos, meets_acc=True):
+    return CandidateResult(name=name, status="ok", items_per_s=ips, latency_ms=Latency(p50=p99 / 2, p99=p99, n=10),
+                           accuracy=Accuracy(cosine_mean=cos, cosine_min=cos - 0.001), meets_accuracy=meets_acc,
+                           reason="" if meets_acc else "mean cosine low")
+
+
+def _result(cands):
+    return TuneResult(model="m", config={}, environment=EnvFingerprint(), candidates=cands, baseline=cands[0])
+
+
+def test_fastest_within_slo_and_budget_wins_and_others_are_explained():
+    cands = [_r("st-naive/fp32/batch-32", 50, 900, 1.0), _r("a", 300, 150, 0.9999),
+             _r("b", 250, 80, 0.9999), _r("c", 400, 50, 0.97, meets_acc=False), _r("d", 200, 60, 1.0)]
+    res = _result(cands)
+    decide(res, TuneConfig(slo=SLO(p99_ms=100), accuracy=AccuracyBudget()))
+    assert res.winner.name == "b"
+    st = {c.name: c.status for c in res.candidates}
+    assert st["a"] == "rejected" and "P99" in res.candidates[1].reason
+    assert st["c"] == "rejected"
+    assert res.candidates[2].speedup_vs_baseline == 5.0
+    assert any("5.00x" in line for line in res.decision)
+
+
+def test_no_eligible_candidate_gives_no_winner():
+    res = _result([_r("st-naive/fp32/batch-32", 50, 900, 1.0), _r("a", 300, 500, 0.99)])
+    decide(res, TuneConfig(slo=SLO(p99_ms=100)))
+    assert res.winner is None and "No candidate" in res.decision[0]
+
+
+def test_pareto_front():
+    cands = [_r("slow-exact", 10, 1, 1.0), _r("fast-lossy", 100, 1, 0.9), _r("dominated", 50, 1, 0.89)]
+    assert pareto_front(cands) == ["fast-lossy", "slow-exact"]
