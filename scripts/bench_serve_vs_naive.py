@@ -76,7 +76,8 @@ class Server:
     """A server subprocess on a free loopback port; `ready_path` says when it can take traffic."""
 
     def __init__(self, argv: list[str], ready_path: str, env: dict[str, str] | None = None, port: int | None = None,
-                 capture: bool = False):
+                 capture: bool = False, headers: dict[str, str] | None = None):
+        self.headers = headers or {}
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.argv = [a.replace("{port}", str(self.port)) for a in argv]
@@ -97,7 +98,7 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}: {' '.join(self.argv)}")
             try:
-                if httpx.get(self.url + self.ready_path, timeout=2).status_code == 200:
+                if httpx.get(self.url + self.ready_path, timeout=2, headers=self.headers).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
@@ -122,9 +123,10 @@ class Server:
         return self.proc.returncode
 
 
-def ours(model: str, *flags: str, env: dict[str, str] | None = None, capture: bool = False) -> Server:
+def ours(model: str, *flags: str, env: dict[str, str] | None = None, capture: bool = False,
+         headers: dict[str, str] | None = None) -> Server:
     return Server([sys.executable, "-m", "infertune.cli.main", "serve", model, "--port", "{port}", *flags], "/ready",
-                  env=env, capture=capture)
+                  env=env, capture=capture, headers=headers)
 
 
 def naive(model: str) -> Server:

@@ -57,6 +57,8 @@ def parse_request(raw: bytes, *, served: list[str], dim: int, vocab_size: int, m
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise _bad(f"request body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise _bad("request body is nested too deeply to parse") from None
     if not isinstance(body, dict):
         raise _bad(f"request body must be a JSON object, got {type(body).__name__}")
     model = body.get("model")
