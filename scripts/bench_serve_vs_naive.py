@@ -176,8 +176,9 @@ async def _load(url: str, model: str, texts: list[str], concurrency: int, second
 
 
 def run_load(url: str, model: str, concurrency: int, seconds: float, warmup_s: float = 2.0, seed: int = 0,
-             items_per_request: int = 1) -> dict:
-    return asyncio.run(_load(url, model, sample_texts(seed), concurrency, seconds, warmup_s, items_per_request))
+             items_per_request: int = 1, texts: list[str] | None = None) -> dict:
+    texts = texts or sample_texts(seed)
+    return asyncio.run(_load(url, model, texts, concurrency, seconds, warmup_s, items_per_request))
 
 
 def _spread(vals: list[float]) -> str:
@@ -185,7 +186,7 @@ def _spread(vals: list[float]) -> str:
 
 
 def compare(args: argparse.Namespace) -> dict:
-    a = ours(args.model).wait_ready()
+    a = ours(args.model, "--truncate").wait_ready()  # the naive server truncates too
     b = naive(args.model).wait_ready()
     runs: dict[str, list[dict]] = {"infertune": [], "naive": []}
     try:
@@ -212,7 +213,7 @@ def compare(args: argparse.Namespace) -> dict:
 
 
 def soak(args: argparse.Namespace) -> dict:
-    srv = ours(args.model).wait_ready()
+    srv = ours(args.model, "--truncate").wait_ready()
     try:
         run_load(srv.url, args.model, args.concurrency, 3.0, 0.0)  # settle allocator pools first
         rss0 = srv.rss_mb()
