@@ -1,0 +1,73 @@
+"""`infertune serve`: thin shell over infertune.serve.app.serve()."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+HELP = """Serve an embedding model over an OpenAI-compatible HTTP API, with dynamic batching.
+
+MODEL is a `tune` artifact directory (batching is then sized from its measurements), a sentence-transformers / Hugging Face encoder directory, or an alias (minilm) served untuned.
+
+\b
+Routes:
+  POST /v1/embeddings   OpenAI shape: {"model": ..., "input": "text" | \\["a", "b"] | \\[ids] | \\[\\[ids]], "encoding_format": "float" | "base64"}
+  GET  /v1/models       the served model (its id is the "model" to send)
+  GET  /health          alive;  GET /ready: loaded and warmed up (route traffic after this)
+  GET  /metrics         Prometheus: requests, latency, queue depth, batch size/tokens, padding, stage times
+
+\b
+Examples:
+  infertune serve runs/latest/artifact        # tuned: batching sized from the artifact
+  infertune serve minilm --port 8080          # untuned MiniLM, fp32
+  curl -s localhost:8000/v1/embeddings -H 'Content-Type: application/json' -d '{"model": "minilm", "input": \\["hello", "world"]}'
+
+Batching: items are tokenized, length-sorted within a short window and packed while items x longest <= --batch-tokens, waiting at most --max-wait-ms for company. With --max-queue requests in flight the next one gets 429 with Retry-After. Over-length input gets 400 naming the limit unless --truncate. SIGTERM/SIGINT: stop accepting, answer everything accepted, exit 0."""
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve", help=HELP)(serve_cmd)
+
+
+def serve_cmd(
+    model: Annotated[str, typer.Argument(help="tune artifact dir, encoder dir, or alias (minilm)")] = "minilm",
+    host: Annotated[str, typer.Option(help="interface to bind; loopback unless you mean to expose it")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port (0 = any free port, printed at start)")] = 8000,
+    device: Annotated[str | None, typer.Option(help="cpu or cuda (default: the artifact's device, else cpu)")] = None,
+    api_key: Annotated[str | None, typer.Option(envvar="INFERTUNE_API_KEY", help="require 'Authorization: Bearer KEY' on all routes but /health (env INFERTUNE_API_KEY)")] = None,
+    served_model_name: Annotated[str | None, typer.Option(help="model id clients send (default: the model's name)")] = None,
+    batch_tokens: Annotated[int | None, typer.Option(help="padded-token budget per forward pass (default: from the artifact, else 4096 cpu / 16384 cuda)")] = None,
+    max_batch_items: Annotated[int | None, typer.Option(help="cap on items per forward pass (default: artifact, else 256)")] = None,
+    max_wait_ms: Annotated[float | None, typer.Option(help="max time an item waits for a fuller batch (default: 10% of the artifact's p50 batch time, else 5 ms cpu / 2 ms cuda)")] = None,
+    tokenize_workers: Annotated[int | None, typer.Option(help="tokenizer threads (default 1; 2 on 8+ cores)")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch threads (default: what tune measured with)")] = None,
+    max_queue: Annotated[int, typer.Option(help="requests in flight before new ones get 429")] = 512,
+    max_items_per_request: Annotated[int, typer.Option(help="items per request (OpenAI allows 2048)")] = 2048,
+    max_body_mb: Annotated[float, typer.Option(help="request body limit in MiB (413 above)")] = 16.0,
+    request_timeout_s: Annotated[float, typer.Option(help="per-request timeout in s (504 after)")] = 60.0,
+    truncate: Annotated[bool, typer.Option("--truncate/--reject-long", help="truncate over-length input to the model's limit instead of answering 400")] = False,
+    graceful_timeout_s: Annotated[float, typer.Option(help="on SIGTERM, how long to wait for in-flight requests")] = 60.0,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "warning",
+    as_json: Annotated[bool, typer.Option("--json", help="print the ServeResult as JSON to stdout on exit")] = False,
+) -> None:
+    from infertune.errors import InfertuneError
+    from infertune.serve.app import serve
+    from infertune.serve.config import ServeConfig
+
+    if device not in (None, "cpu", "cuda"):
+        raise InfertuneError(f"--device must be cpu or cuda, not {device!r}")
+    cfg = ServeConfig(
+        model=model, host=host, port=port, device=device, api_key=api_key, served_model_name=served_model_name,
+        batch_tokens=batch_tokens, max_batch_items=max_batch_items, max_wait_ms=max_wait_ms,
+        tokenize_workers=tokenize_workers, threads=threads, max_queue=max_queue,
+        max_items_per_request=max_items_per_request, max_body_bytes=int(max_body_mb * 1024 * 1024),
+        request_timeout_s=request_timeout_s, truncate=truncate, graceful_timeout_s=graceful_timeout_s,
+        log_level=log_level,
+    )
+    result = serve(cfg)
+    typer.echo(f"stopped after {result.uptime_s} s: {result.items} items in {result.batches} batches; "
+               f"requests by status {result.requests}", err=True)
+    if as_json:
+        typer.echo(json.dumps(result.model_dump(mode="json"), indent=2))

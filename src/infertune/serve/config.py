@@ -1,0 +1,91 @@
+"""What `serve` needs (ServeConfig), what it returns (ServeResult), and how unset knobs get their values:
+from the artifact's tune measurements where present, else from defaults that suit the device."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+Source = Literal["flag", "artifact", "default"]
+
+
+class ServeConfig(BaseModel):
+    """Everything `infertune serve` needs. Knobs left as None are sized from the artifact (tune
+    measurements) or from device defaults; `Settings.sources` says which."""
+
+    model: str = "minilm"
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    device: Literal["cpu", "cuda"] | None = None  # default: the artifact's device, else cpu
+    api_key: str | None = None  # Bearer key required on everything but /health
+    served_model_name: str | None = None
+    batch_tokens: int | None = Field(None, gt=0, description="padded-token budget per forward pass")
+    max_batch_items: int | None = Field(None, gt=0)
+    max_wait_ms: float | None = Field(None, ge=0, description="how long a lone item waits for company")
+    tokenize_workers: int | None = Field(None, ge=1, le=64)
+    threads: int | None = Field(None, ge=1, description="torch intra-op threads")
+    max_queue: int = Field(512, ge=1, description="requests admitted and not yet answered; more get 429")
+    max_items_per_request: int = Field(2048, ge=1)
+    max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    request_timeout_s: float = Field(60.0, gt=0)
+    truncate: bool = False  # False: reject over-length input with 400 (as OpenAI does)
+    graceful_timeout_s: float = Field(60.0, gt=0)
+    log_level: str = "warning"
+
+
+class Settings(BaseModel):
+    """The engine knobs actually used, and where each came from."""
+
+    batch_tokens: int
+    max_batch_items: int
+    max_wait_ms: float
+    tokenize_workers: int
+    threads: int | None
+    device: str
+    sources: dict[str, Source] = {}
+
+
+class ServeResult(BaseModel):
+    model: str
+    url: str
+    settings: Settings | None = None
+    load_s: float | None = None
+    uptime_s: float = 0.0
+    requests: dict[str, int] = {}  # by HTTP status
+    items: int = 0
+    batches: int = 0
+    exit_reason: str = ""
+
+
+def resolve_settings(cfg: ServeConfig, manifest: dict[str, Any] | None) -> Settings:
+    """Flags win; then the artifact's tune measurements; then device defaults."""
+    tune = (manifest or {}).get("tune") or {}
+    device = cfg.device or (manifest or {}).get("device") or "cpu"
+    cpu = device == "cpu"
+    sources: dict[str, Source] = {}
+
+    def pick(name: str, flag: Any, measured: Any, default: Any) -> Any:
+        if flag is not None:
+            sources[name] = "flag"
+            return flag
+        if measured is not None:
+            sources[name] = "artifact"
+            return measured
+        sources[name] = "default"
+        return default
+
+    p50 = (tune.get("latency_ms") or {}).get("p50")
+    # Waiting costs latency; a tenth of one tuned batch's median time is cheap next to the batch itself.
+    measured_wait = round(min(20.0, max(1.0, 0.1 * p50)), 2) if p50 else None
+    return Settings(
+        batch_tokens=pick("batch_tokens", cfg.batch_tokens, tune.get("batch_token_budget"), 4096 if cpu else 16384),
+        max_batch_items=pick("max_batch_items", cfg.max_batch_items, tune.get("batch_max_items"), 256),
+        max_wait_ms=pick("max_wait_ms", cfg.max_wait_ms, measured_wait, 5.0 if cpu else 2.0),
+        tokenize_workers=pick("tokenize_workers", cfg.tokenize_workers, None,
+                              1 if (os.cpu_count() or 1) < 8 else 2),
+        threads=pick("threads", cfg.threads, tune.get("threads"), None),
+        device=device,
+        sources=sources,
+    )

@@ -1,0 +1,302 @@
+"""The batching engine: tokenize -> batch -> forward -> post-process, each stage a thread, joined by
+bounded queues so tokenization of the next requests overlaps the current forward pass.
+
+- admission (event loop): at most `max_queue` requests in flight; the next one is refused at once
+  (the app answers 429 with Retry-After) instead of queueing without bound;
+- tokenize (N threads): drains several requests per tokenizer call; over-length text is rejected
+  (400 naming the limit) or truncated;
+- batcher (1 thread): once an item is ready it waits at most `max_wait_ms` for company, or less when
+  a full budget is already there; the window is length-sorted and packed under the padded-token budget
+  by `batching.plan_batches`, then collated;
+- forward (1 thread, owns the model): a batch that raises fails only its own requests (500);
+- post-process (1 thread): normalises, scatters rows back to requests, renders finished responses.
+
+The engine does not import FastAPI: it can be driven in-process (scripts/gpu/serve_h200.py does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from infertune.batching import plan_batches
+from infertune.config import Batching
+from infertune.serve.config import Settings
+from infertune.serve.metrics import Metrics
+from infertune.serve.schema import ApiError, EmbeddingRequest, render
+
+log = logging.getLogger("infertune.serve")
+_STOP = object()
+
+
+class Overloaded(Exception):
+    """The admission queue is full."""
+
+
+@dataclass(eq=False)
+class Job:
+    req: EmbeddingRequest
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+    served_name: str
+    t_submit: float = field(default_factory=time.perf_counter)
+    out: np.ndarray | None = None
+    remaining: int = 0
+    tokens: int = 0
+    done: bool = False  # answered (result, error, or given up by a timeout)
+
+
+@dataclass(eq=False)
+class Item:
+    job: Job
+    index: int
+    ids: list[int]
+    t_ready: float = 0.0
+
+
+class Engine:
+    def __init__(self, embedder: Any, settings: Settings, metrics: Metrics, *, max_queue: int = 512,
+                 truncate: bool = False, fault: Callable[[list[Item]], None] | None = None):
+        self.emb = embedder
+        self.s = settings
+        self.m = metrics
+        self.max_queue = max_queue
+        self.truncate = truncate
+        self.fault = fault  # test hook: called before each forward; may raise
+        self.inflight = 0  # touched only on the event loop
+        self._lock = threading.Lock()  # guards Job.done transitions
+        self._tok_q: queue.Queue = queue.Queue(maxsize=max_queue + settings.tokenize_workers)
+        self._ready: deque[Item] = deque()
+        self._ready_cv = threading.Condition()
+        self._batch_q: queue.Queue = queue.Queue(maxsize=2)
+        self._post_q: queue.Queue = queue.Queue(maxsize=4)
+        self._threads: list[threading.Thread] = []
+        self._tokenizers_left = 0
+        self.batches = 0
+        self.items = 0
+        self._batching = Batching(kind="tokens", size=settings.batch_tokens, max_items=settings.max_batch_items)
+        metrics.watch_queue("tokenize", self._tok_q.qsize)
+        metrics.watch_queue("batch", lambda: len(self._ready))
+        metrics.watch_queue("forward", self._batch_q.qsize)
+        metrics.watch_queue("postprocess", self._post_q.qsize)
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._tokenizers_left = self.s.tokenize_workers
+        targets = [self._tokenize_loop] * self.s.tokenize_workers + [self._batch_loop, self._forward_loop,
+                                                                     self._post_loop]
+        for i, t in enumerate(targets):
+            th = threading.Thread(target=t, name=f"infertune-{t.__name__.strip('_')}-{i}", daemon=True)
+            th.start()
+            self._threads.append(th)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Finish everything already admitted, then stop the stage threads."""
+        for _ in range(self.s.tokenize_workers):
+            self._tok_q.put(_STOP)
+        deadline = time.monotonic() + timeout
+        for th in self._threads:
+            th.join(max(0.0, deadline - time.monotonic()))
+
+    def warmup(self, texts: list[str]) -> None:
+        """Run a short batch and a long one through the model so first requests don't pay."""
+        ids = sorted(self.emb.token_ids(texts), key=len)
+        for rows in (ids[:4], ids[-2:], ids[:1]):
+            self.emb.postprocess(self.emb.forward(self.emb.collate(rows)))
+        self.emb.synchronize()
+
+    # --- admission (event loop) -------------------------------------------------------------------
+    async def submit(self, req: EmbeddingRequest, served_name: str, timeout_s: float) -> bytes:
+        """Embed one request; return the rendered response body. Raises Overloaded or ApiError."""
+        if self.inflight >= self.max_queue:
+            raise Overloaded()
+        loop = asyncio.get_running_loop()
+        job = Job(req, loop, loop.create_future(), served_name)
+        self.inflight += 1
+        self.m.queue_depth.set(self.inflight)
+        try:
+            self._tok_q.put_nowait(job)
+            try:
+                return await asyncio.wait_for(asyncio.shield(job.future), timeout_s)
+            except TimeoutError:
+                self._finish(job, error=ApiError(504, f"request took longer than {timeout_s:g} s (the server's "
+                                                 "--request-timeout-s); retry, or send fewer items",
+                                                 type="timeout", code="timeout"))
+                return await job.future
+        finally:
+            self.inflight -= 1
+            self.m.queue_depth.set(self.inflight)
+
+    def _finish(self, job: Job, result: bytes | None = None, error: BaseException | None = None) -> None:
+        with self._lock:
+            if job.done:
+                return
+            job.done = True
+        if error is not None:
+            job.loop.call_soon_threadsafe(_set, job.future, None, error)
+        else:
+            job.loop.call_soon_threadsafe(_set, job.future, result, None)
+
+    # --- stages (threads) ---------------------------------------------------------------------------
+    def _tokenize_loop(self) -> None:
+        stopping = False
+        while not stopping:
+            jobs = [self._tok_q.get()]
+            while len(jobs) < 64:  # drain what's waiting: one tokenizer call for many requests
+                try:
+                    jobs.append(self._tok_q.get_nowait())
+                except queue.Empty:
+                    break
+            if any(j is _STOP for j in jobs):
+                stopping = True
+                jobs = [j for j in jobs if j is not _STOP]
+            try:
+                self._tokenize(jobs)
+            except Exception as e:  # noqa: BLE001 - fail these requests, keep serving
+                log.exception("tokenization failed")
+                for j in jobs:
+                    self._finish(j, error=ApiError(500, f"tokenization failed: {type(e).__name__}: {e}",
+                                                   type="server_error"))
+        with self._ready_cv:
+            self._tokenizers_left -= 1
+            self._ready_cv.notify_all()
+
+    def _tokenize(self, jobs: list[Job]) -> None:
+        jobs = [j for j in jobs if not j.done]
+        t0 = time.perf_counter()
+        texts = [t for j in jobs if j.req.texts is not None for t in j.req.texts]
+        all_ids = iter(self.emb.token_ids(texts) if texts else [])
+        limit = self.emb.spec.max_length
+        ready: list[Item] = []
+        for j in jobs:
+            if j.req.texts is None:
+                rows = j.req.ids or []
+            else:
+                rows = [next(all_ids) for _ in j.req.texts]
+                if not self.truncate:  # a row at the limit may have been cut: count it untruncated
+                    at_limit = [i for i, r in enumerate(rows) if len(r) >= limit]
+                    if at_limit:
+                        full = self.emb.count_tokens([j.req.texts[i] for i in at_limit])
+                        over = [(i, n) for i, n in zip(at_limit, full, strict=True) if n > limit]
+                        if over:
+                            i, n = over[0]
+                            self._finish(j, error=ApiError(
+                                400, f"input[{i}] has {n} tokens; this model's limit is {limit} tokens. Shorten "
+                                "it, or start the server with --truncate", param="input",
+                                code="context_length_exceeded"))
+                            continue
+            j.out = np.empty((len(rows), self.emb.spec.dim), dtype=np.float32)
+            j.remaining = len(rows)
+            j.tokens = sum(len(r) for r in rows)
+            ready += [Item(j, i, r) for i, r in enumerate(rows)]
+        now = time.perf_counter()
+        self.m.stage_seconds.labels("tokenize").observe(now - t0)
+        for it in ready:
+            it.t_ready = now
+        with self._ready_cv:
+            self._ready.extend(ready)
+            self._ready_cv.notify()
+
+    def _take_window(self) -> list[Item] | None:
+        """Block for the first ready item, then gather more until the budget fills or max-wait passes."""
+        cap = 4 * self.s.max_batch_items  # a short sort window: items beyond it wait for the next one
+        with self._ready_cv:
+            while not self._ready:
+                if self._tokenizers_left == 0:
+                    return None
+                self._ready_cv.wait()
+            deadline = self._ready[0].t_ready + self.s.max_wait_ms / 1000
+            while True:
+                n = min(len(self._ready), cap)
+                longest = max(len(self._ready[i].ids) for i in range(n))
+                full = n * longest >= self.s.batch_tokens or n >= self.s.max_batch_items
+                left = deadline - time.perf_counter()
+                if full or left <= 0 or self._tokenizers_left == 0:
+                    break
+                self._ready_cv.wait(left)
+            return [self._ready.popleft() for _ in range(min(len(self._ready), cap))]
+
+    def _batch_loop(self) -> None:
+        while (window := self._take_window()) is not None:
+            window = [it for it in window if not it.job.done]
+            if not window:
+                continue
+            lengths = [len(it.ids) for it in window]
+            for b in plan_batches(lengths, self._batching):
+                items = [window[i] for i in b]
+                now = time.perf_counter()
+                for it in items:
+                    self.m.stage_seconds.labels("queue").observe(now - it.t_ready)
+                self._batch_q.put((items, self.emb.collate([it.ids for it in items])))
+        self._batch_q.put(_STOP)
+
+    def _forward_loop(self) -> None:
+        while (got := self._batch_q.get()) is not _STOP:
+            items, batch = got
+            if all(it.job.done for it in items):  # every request timed out or failed meanwhile
+                continue
+            t0 = time.perf_counter()
+            try:
+                if self.fault is not None:
+                    self.fault(items)
+                pooled = self.emb.forward(batch)
+                self.emb.synchronize()
+            except Exception as e:  # noqa: BLE001 - fail this batch's requests only
+                log.exception("forward pass failed")
+                self.m.batch_failures.inc()
+                err = ApiError(500, f"the batch holding this request failed: {type(e).__name__}: {e}",
+                               type="server_error")
+                for j in {id(it.job): it.job for it in items}.values():
+                    self._finish(j, error=err)
+                continue
+            self.m.stage_seconds.labels("forward").observe(time.perf_counter() - t0)
+            real = sum(len(it.ids) for it in items)
+            padded = batch["input_ids"].size
+            self.m.batch_items.observe(len(items))
+            self.m.batch_tokens.observe(padded)
+            self.m.padding.observe(padded / max(1, real))
+            self.m.items.inc(len(items))
+            self.m.tokens.inc(real)
+            self.batches += 1
+            self.items += len(items)
+            self._post_q.put((items, pooled))
+        self._post_q.put(_STOP)
+
+    def _post_loop(self) -> None:
+        while (got := self._post_q.get()) is not _STOP:
+            items, pooled = got
+            t0 = time.perf_counter()
+            try:
+                vec = self.emb.postprocess(pooled)
+                for it, row in zip(items, vec, strict=True):
+                    j = it.job
+                    if j.done:
+                        continue
+                    j.out[it.index] = row
+                    j.remaining -= 1
+                    if j.remaining == 0:
+                        self._finish(j, result=render(j.out, j.req.encoding_format, j.served_name, j.tokens))
+            except Exception as e:  # noqa: BLE001
+                log.exception("post-processing failed")
+                for j in {id(it.job): it.job for it in items}.values():
+                    self._finish(j, error=ApiError(500, f"post-processing failed: {type(e).__name__}: {e}",
+                                                   type="server_error"))
+            self.m.stage_seconds.labels("postprocess").observe(time.perf_counter() - t0)
+
+
+def _set(fut: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    if fut.done():
+        return
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(result)

@@ -1,0 +1,117 @@
+"""`infertune serve` under load, over real sockets: 429 fast when the queue is full, SIGTERM answers every
+accepted request and exits 0, a soak has no errors, and batching beats the naive one-forward-per-request
+server. Overload and shutdown use a fake-backend artifact (fixed cost per padded token, no torch) so they
+do not depend on how busy the shared CPU is; the throughput figures use the real MiniLM."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from serve_helpers import bench, embed, metric
+
+
+def _wait_metric(url: str, name: str, at_least: float, timeout: float = 20) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (v := metric(url, name)) >= at_least:
+            return v
+        time.sleep(0.05)
+    raise AssertionError(f"{name} never reached {at_least}")
+
+
+def test_overload_answers_429_fast(fake_server):
+    # 4 slow requests (300 tokens x 2 ms each) fill a 4-request queue for > 1 s
+    srv = fake_server("--max-queue", "4", us_per_token=2000)
+    slow = ["a " * 299]
+    with ThreadPoolExecutor(4) as pool:
+        held = [pool.submit(embed, srv.url, slow, "fake") for _ in range(4)]
+        _wait_metric(srv.url, "infertune_queue_depth", 4)
+        with httpx.Client(base_url=srv.url, timeout=10) as c:
+            c.get("/health")  # open the keep-alive connection first: time the answer, not the TCP handshake
+            took = []
+            for _ in range(20):
+                t = time.perf_counter()
+                r = c.post("/v1/embeddings", json={"model": "fake", "input": "a b c"})
+                took.append(time.perf_counter() - t)
+                assert r.status_code == 429, r.text
+                assert r.headers["retry-after"] == "1" and r.json()["error"]["code"] == "rate_limit_exceeded"
+        print(f"429 latency over n={len(took)}: max {max(took) * 1000:.1f} ms, median "
+              f"{sorted(took)[len(took) // 2] * 1000:.1f} ms", file=sys.stderr)
+        assert max(took) < 0.050, took
+        with ThreadPoolExecutor(16) as burst:
+            codes = list(burst.map(lambda _: embed(srv.url, "a b", "fake").status_code, range(16)))
+        assert set(codes) == {429}
+        assert [h.result().status_code for h in held] == [200] * 4  # the admitted ones finish
+    assert embed(srv.url, "a b", "fake").status_code == 200
+    assert srv.proc.poll() is None
+
+
+def test_sigterm_answers_every_accepted_request(fake_server):
+    n = 240
+    # 240 x 41 tokens at 0.4 ms per padded token: about 4 s of forward work queued behind the signal
+    srv = fake_server("--max-queue", "1024", us_per_token=400)
+    results: list = []
+
+    async def fire() -> None:
+        limits = httpx.Limits(max_connections=n + 10, max_keepalive_connections=n + 10)
+        async with httpx.AsyncClient(base_url=srv.url, limits=limits, timeout=60) as c:
+            async def one(i: int):
+                try:
+                    return await c.post("/v1/embeddings", json={"model": "fake", "input": ["a " * 40]})
+                except httpx.HTTPError as e:
+                    return e
+            results.extend(await asyncio.gather(*(one(i) for i in range(n))))
+
+    th = threading.Thread(target=lambda: asyncio.run(fire()))
+    th.start()
+    depth = _wait_metric(srv.url, "infertune_queue_depth", 200)
+    srv.proc.send_signal(signal.SIGTERM)
+    th.join(60)
+    code = srv.proc.wait(60)
+    ok = [r for r in results if isinstance(r, httpx.Response) and r.status_code == 200 and len(r.json()["data"]) == 1]
+    print(f"SIGTERM with {depth:.0f} requests in flight: {len(ok)}/{n} answered 200, exit code {code}",
+          file=sys.stderr)
+    assert len(results) == n and len(ok) == n, [r for r in results if r not in ok][:3]
+    assert code == 0
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(srv.url + "/health", timeout=2)
+
+
+def _short_texts() -> list[str]:
+    return [t for t in bench.sample_texts(2) if len(t) <= 500]  # under MiniLM's 256-token limit
+
+
+@pytest.mark.slow
+def test_soak_no_errors(minilm_server):
+    """The full 60 s figure comes from `scripts/bench_serve_vs_naive.py soak`; 12 s here."""
+    rss0 = minilm_server.rss_mb()
+    res = bench.run_load(minilm_server.url, "minilm", 64, 12.0, warmup_s=1.0, texts=_short_texts())
+    rss1 = minilm_server.rss_mb()
+    print(f"soak c=64 12 s: n={res['requests']} errors={res['errors']} P50 {res['p50_ms']:.0f} ms P99 "
+          f"{res['p99_ms']:.0f} ms; RSS {rss0:.0f} -> {rss1:.0f} MiB", file=sys.stderr)
+    assert res["requests"] > 0 and res["errors"] == 0, res["statuses"]
+
+
+@pytest.mark.slow
+def test_batching_beats_naive_server(minilm_server):
+    """Same model, same box, one after the other: >= 2x the items/s of one-forward-per-request FastAPI."""
+    naive = bench.naive("minilm")
+    try:
+        naive.wait_ready()
+        texts = _short_texts()
+        ours = bench.run_load(minilm_server.url, "minilm", 32, 8.0, warmup_s=2.0, texts=texts)
+        base = bench.run_load(naive.url, "minilm", 32, 8.0, warmup_s=2.0, texts=texts)
+    finally:
+        naive.stop()
+    print(f"c=32: infertune {ours['items_per_s']:.1f} items/s P99 {ours['p99_ms']:.0f} ms (n={ours['requests']}); "
+          f"naive {base['items_per_s']:.1f} items/s P99 {base['p99_ms']:.0f} ms (n={base['requests']})",
+          file=sys.stderr)
+    assert ours["errors"] == 0 and base["errors"] == 0
+    assert ours["items_per_s"] >= 2 * base["items_per_s"]
