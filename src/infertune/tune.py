@@ -356,3 +356,14 @@ def _save_artifact(run: _Run, result: TuneResult, out: Path, console) -> None:
         return
     write_manifest(art, run.spec, c, result, saved)
     result.artifact = str(art)
+
+
+class _CallableModule(sys.modules[__name__].__class__):
+    """`infertune.tune` is both this module and the function: importing the module rebinds the package
+    attribute to the module, so the module forwards calls to the function."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> TuneResult:
+        return tune(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
