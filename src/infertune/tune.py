@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
