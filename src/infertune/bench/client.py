@@ -2,7 +2,8 @@
 
 A record is a tuple (sched, dispatched, first, end, kind, message, out_tokens, in_tokens, chunk_times):
 monotonic seconds; `first` is the first content token for streams (NaN otherwise); `kind` is "" on
-success or one of KINDS; `chunk_times` holds the arrival time of every content chunk (streams only).
+success or one of KINDS; `message` is the error, or on success "usage" when the server reported token
+counts (else tokens are estimated: words for input, content chunks for output); `chunk_times` holds the arrival time of every content chunk (streams only).
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ async def request(session, url: str, body: bytes, api: str, stream: bool, sched:
                 problem, pt, ct = check_shape(api, obj)
                 if problem:
                     return sched, disp, first, end, "bad_response", problem, 0, in_tokens, chunks
-                return sched, disp, first, end, "", "", ct or 0, pt or in_tokens, chunks
+                return sched, disp, first, end, "", "usage" if pt is not None else "", ct or 0, pt or in_tokens, chunks
             done, usage, other = False, None, []
             async for line in resp.content:
                 t = now()
@@ -130,7 +131,7 @@ async def request(session, url: str, body: bytes, api: str, stream: bool, sched:
             if usage:
                 out_tokens = usage.get("completion_tokens") or out_tokens
                 in_tokens = usage.get("prompt_tokens") or in_tokens
-            return sched, disp, first, end, "", "", out_tokens, in_tokens, chunks
+            return sched, disp, first, end, "", "usage" if usage else "", out_tokens, in_tokens, chunks
     except TimeoutError:
         return sched, disp, first, now(), "timeout", "no complete answer within the timeout", out_tokens, in_tokens, chunks
     except aiohttp.ClientPayloadError as e:

@@ -55,6 +55,7 @@ def build_point(results: list[dict[str, Any]], *, offered: Offered, t0: float, w
                                      loop_lag_ms=percentiles(beats), sent_rps=round(sent, 2), scheduled=n,
                                      unsent=unsent, inflight_capped=any(res.get("capped") for res in results)))
     in_tok = sum(r[7] for r in done_in_window)
+    point.tokens_estimated = any(r[5] != "usage" for r in done_in_window)
     point.input_tokens_per_s = round(in_tok / duration, 2)
     if e2e.size:
         point.mean_inflight = round(achieved * float(e2e.mean()) / 1e3, 3)
