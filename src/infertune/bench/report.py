@@ -50,6 +50,8 @@ def print_summary(result: BenchResult) -> None:
                 con.print(f"  {p.label}: {cnt} x {kind}: {p.errors.examples.get(kind, '')}", highlight=False)
         if not p.valid:
             con.print(f"[bold red]INVALID {p.label}:[/] {p.invalid_reason}", highlight=False)
+        if p.warning:
+            con.print(f"[yellow]caveat {p.label}:[/] {p.warning}", highlight=False)
     if result.slo:
         s = result.slo
         if s.met:

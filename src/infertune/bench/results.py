@@ -61,6 +61,7 @@ class Point(BaseModel):
     phase: str = ""  # sweep | search | fixed
     valid: bool = True
     invalid_reason: str = ""
+    warning: str = ""  # a caveat that does not invalidate the point (e.g. client loop delayed by a busy host)
     n: int = 0  # requests scheduled in the measured window (warm-up excluded)
     ok: int = 0
     achieved_rps: float = 0.0  # completed ok / measured window

@@ -112,6 +112,8 @@ def _one_line(p: Point) -> str:
         s += f", errors {p.errors.total} {p.errors.by_kind}"
     if not p.valid:
         s += f"  INVALID: {p.invalid_reason}"
+    elif p.warning:
+        s += f"  (caveat: {p.warning})"
     return s
 
 

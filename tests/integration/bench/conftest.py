@@ -34,14 +34,26 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float) -> None:
     raise RuntimeError(f"server on port {port} not listening after {timeout} s")
 
 
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
+def stop(proc: subprocess.Popen, group: bool = False) -> None:
+    """Terminate (then kill) a server; group=True also ends its children (started with start_new_session)."""
+    import signal
+
+    def send(sig: int) -> None:
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+            if group:
+                os.killpg(proc.pid, sig)
+            elif proc.poll() is None:
+                proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+    send(signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        pass
+    send(signal.SIGKILL)
+    proc.wait(timeout=10)
 
 
 @pytest.fixture
