@@ -115,3 +115,18 @@ def test_truncated_stream_counted(stub):
     res = bench(BenchConfig(url=url, api="chat", concurrency=[1], duration=1, warmup=0, metrics_url=""))
     p = res.points[0]
     assert p.n > 5 and p.errors.by_kind == {"truncated_stream": p.n}
+
+
+def test_sweep_goes_from_one_at_a_time_to_saturation(stub, tmp_path):
+    url = stub("fast", ttft_ms=20, itl_ms=5, tokens=8)
+    res = bench(BenchConfig(url=url, api="chat", sweep=True, sweep_points=4, sweep_max_concurrency=16, duration=1.5,
+                            warmup=0.3, metrics_url="", out=tmp_path))
+    pts = res.points
+    assert [p.offered.concurrency for p in pts[:2]] == [1, 16]
+    rates = [p.offered.rate for p in pts[2:]]
+    assert rates and rates == sorted(rates)
+    # one stream: a request every 20 + 7 x 5 = 55 ms, about 18 req/s; 16 streams on an async server: ~16x
+    assert 12 <= pts[0].achieved_rps <= 19
+    assert pts[1].achieved_rps > 8 * pts[0].achieved_rps
+    assert res.knee is not None and res.knee.recommended_max_num_seqs and res.knee.derivation
+    assert "Throughput vs" in (tmp_path / "bench.html").read_text()
