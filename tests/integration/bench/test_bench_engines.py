@@ -119,5 +119,6 @@ def test_slo_search_against_infertune_serve_repeats_within_15_percent(serve_mini
                                 seed=seed, slo_tolerance=0.05))
         assert res.slo is not None and res.slo.met, res.slo
         answers.append(res.slo.max_load)
+        print(f"SLO search {seed}: max rate {res.slo.max_load:.1f} req/s; steps: {res.slo.steps}")
     lo, hi = sorted(answers)
     assert hi / lo <= 1.15, answers
