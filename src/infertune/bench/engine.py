@@ -86,7 +86,9 @@ async def run_point(spec: dict[str, Any], bodies: list[bytes], in_tokens: list[i
                     continue
                 due = t0 + offsets[i]
                 if due > now:
-                    await asyncio.sleep(due - now)
+                    # wake at most every ms: at thousands of req/s one wake-up sends a small batch, which
+                    # costs <= 1 ms of (measured) lag instead of a timer per request
+                    await asyncio.sleep(max(due - now, 0.001))
                     continue
                 while i < n and t0 + offsets[i] <= now and len(tasks) < cap:  # all that is due (or overdue)
                     task = asyncio.ensure_future(one(i, t0 + offsets[i]))
