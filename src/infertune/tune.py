@@ -319,7 +319,7 @@ def _mixed(run: _Run, result: TuneResult, cands: list[Candidate]) -> None:
     run.console.print("  mixed precision: per-layer int8 sensitivity on the calibration split ...")
     try:
         found = run_isolated("infertune.quantize.mixed:search", {
-            "spec": run.spec.to_dict(), "texts": run.calib, "min_cosine_mean": cfg.accuracy.min_cosine_mean,
+            "spec": run.spec.to_dict(), "texts": run.calib[:32], "min_cosine_mean": cfg.accuracy.min_cosine_mean,
             "min_cosine_min": cfg.accuracy.min_cosine_min}, cfg.candidate_timeout_s, run.threads)
     except WorkerFailed as e:
         result.mixed_precision = {"status": "failed", "reason": _short(e)}

@@ -1,6 +1,7 @@
 """Mixed precision by accuracy: measure each Linear layer's sensitivity to int8 (quantize that one
 layer alone, compare with fp32 on the calibration split), then keep the most sensitive layers in fp32,
-greedily, until the whole model meets the accuracy budget. Runs on calibration data only; the final
+greedily, until the whole model meets the accuracy budget (the smallest such set is found by bisection over
+how many of the most sensitive layers to keep: ~log2(layers) evaluations instead of one per layer). Runs on calibration data only; the final
 candidate is verified on the separate eval split like every other."""
 
 from __future__ import annotations
@@ -43,16 +44,36 @@ def search(spec: dict, texts: list[str], min_cosine_mean: float, min_cosine_min:
         sens.append({"layer": n, "cosine_mean": float(cos.mean()), "cosine_min": float(cos.min()),
                      "drop": float(1 - cos.mean())})
     sens.sort(key=lambda s: s["drop"], reverse=True)
-    keep: list[str] = []
-    steps = []
-    limit = len(names) if max_keep is None else max_keep
-    while True:
-        q = [n for n in names if n not in keep]
-        cos = _cosines(ref, run(quantize_dynamic_int8(base, q))) if q else _cosines(ref, ref)
-        steps.append({"kept_high": len(keep), "cosine_mean": float(cos.mean()), "cosine_min": float(cos.min())})
-        if (cos.mean() >= min_cosine_mean and cos.min() >= min_cosine_min) or len(keep) >= limit:
-            break
-        keep.append(sens[len(keep)]["layer"])
-    met = steps[-1]["cosine_mean"] >= min_cosine_mean and steps[-1]["cosine_min"] >= min_cosine_min
+    order = [x["layer"] for x in sens]
+    limit = len(names) if max_keep is None else min(max_keep, len(names))
+    steps: list[dict] = []
+    memo: dict[int, bool] = {}
+
+    def holds(k: int) -> bool:
+        """Quantize all but the k most sensitive layers; does the model meet the budget?"""
+        if k not in memo:
+            keep_k = set(order[:k])
+            q = [n for n in names if n not in keep_k]
+            cos = _cosines(ref, run(quantize_dynamic_int8(base, q))) if q else _cosines(ref, ref)
+            memo[k] = bool(cos.mean() >= min_cosine_mean and cos.min() >= min_cosine_min)
+            steps.append({"kept_high": k, "cosine_mean": float(cos.mean()), "cosine_min": float(cos.min()),
+                          "meets_budget": memo[k]})
+        return memo[k]
+
+    # accuracy grows (nearly) monotonically with k: bisect for the smallest k that holds
+    if holds(0):
+        k = 0
+    elif not holds(limit):
+        k = limit
+    else:
+        lo, hi = 0, limit  # holds(lo) is False, holds(hi) is True
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if holds(mid) else (mid, hi)
+        k = hi
+    keep = order[:k]
+    steps.sort(key=lambda x: x["kept_high"])
+    final = next(x for x in steps if x["kept_high"] == k)
+    met = final["meets_budget"]
     return {"sensitivity": sens, "keep_high": keep, "steps": steps, "met_on_calibration": met,
             "n_layers": len(names), "n_calibration": len(texts), "search_s": round(time.perf_counter() - t0, 1)}
