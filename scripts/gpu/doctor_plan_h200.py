@@ -27,7 +27,9 @@ sys.path.insert(0, str(ROOT / "src"))
 
 
 def run_doctor() -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
+    extra = os.environ.get("PYTHONPATH", "")  # keep carried wheels (e.g. /tmp/site) importable
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), extra) if p),
+           "HF_HUB_OFFLINE": "1"}
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "infertune.cli.main", "doctor", "--json"], capture_output=True,
                        text=True, env=env, timeout=300)
