@@ -9,7 +9,7 @@
              top-1 agreement and KL vs the fp32 reference for bf16, fp16, fp8 (torch._scaled_mm,
              per-row scales), int4 weight-only g128 (torch._weight_int4pack_mm tinygemm kernel; falls
              back to simulated quantization if the op is missing) and int8 weight-only (simulated).
-  pack       (CPU box, needs `gguf`) split the GGUF into .gpu-carry/smollm2.part{0,1}.npz (< 50 MiB each)
+  pack       (CPU box, needs `gguf` and PYTHONPATH=src) split the GGUF into .gpu-carry/smollm2.part{0,1}.npz (< 50 MiB each)
              plus the tokenized evaluation text, checking the dequantized tensors equal transformers' own.
   stash      copy carried parts to ~/.infertune-carry so a later call (carrying the other part) finds both.
 
@@ -289,7 +289,7 @@ def pack(args):
 
 def _eval_text(args):
     """The evaluation text of a full (non --quick) `infertune tune smollm2`, tokenized here (needs
-    PYTHONPATH=src), plus the CPU reference perplexity from that run's results.json when given."""
+    PYTHONPATH=src), and the CPU fp32 reference perplexity on exactly that text."""
     from infertune.config import TuneConfig
     from infertune.llm.models import LMSpec, load_tokenizer
     from infertune.llm.tune import _plan
@@ -299,11 +299,19 @@ def _eval_text(args):
                   n_layers=cfg["num_hidden_layers"], hidden=cfg["hidden_size"], vocab=cfg["vocab_size"],
                   max_length=cfg["max_position_embeddings"], architecture="LlamaForCausalLM")
     plan, _ = _plan(TuneConfig(model="smollm2"), spec, load_tokenizer(spec))
-    ppl = None
-    if args.results:
-        r = json.loads(Path(args.results).read_text())
-        ppl = next((c["accuracy"]["ppl"] for c in r["candidates"] if c["name"] == r["reference"]), None)
-    return {"seqs": plan["seqs"], "ppl_cpu": ppl}
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(args.hf_dir, dtype=torch.float32).eval()
+    nll, n = 0.0, 0
+    with torch.inference_mode():
+        for s in plan["seqs"]:
+            x = torch.tensor([s])
+            lp = torch.log_softmax(m(x, use_cache=False).logits[0, :-1].float(), -1)
+            nll -= float(lp.gather(1, x[0, 1:, None]).sum())
+            n += len(s) - 1
+    log(f"CPU fp32 reference perplexity on the {n} evaluation tokens: {math.exp(nll / n):.4f}")
+    return {"seqs": plan["seqs"], "ppl_cpu": math.exp(nll / n)}
 
 
 def find_parts():
@@ -427,7 +435,7 @@ def accuracy(args):
     sd = state_dict_from_parts(parts, cfgd)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     cfg = AutoConfig.for_model(**{k: v for k, v in cfgd.items() if k not in ("architectures", "transformers_version")})
-    seqs = [torch.tensor([s], device=dev) for s in meta["seqs"]]
+    seqs = [torch.tensor([s], device=dev) for s in meta["seqs"][:args.max_seqs or None]]
     FP8Linear, Int4Linear, SimInt8Linear = _linear_classes(torch)
 
     def load(dtype):
@@ -492,7 +500,7 @@ def main():
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd captured step")
     ap.add_argument("--hf-dir", help="pack: the converted SmolLM2 HF dir (~/.cache/infertune/lm/...)")
     ap.add_argument("--eval-json", help="pack: JSON with the tokenized evaluation text {seqs, ppl_cpu}")
-    ap.add_argument("--results", help="pack: results.json of a full CPU tune (its fp32 reference ppl is recorded)")
+    ap.add_argument("--max-seqs", type=int, default=0, help="accuracy: use only the first N evaluation sequences")
     args = ap.parse_args()
     if args.what == "pack":
         return pack(args)

@@ -107,6 +107,7 @@ class TuneConfig(BaseModel):
     sensitivity: bool = True
     lm_accuracy: LMAccuracyBudget = LMAccuracyBudget()  # causal LMs (issue 6)
     lm_batches: tuple[int, ...] = Field((1, 8, 32), description="causal LMs: decode batch sizes for TPOT")
+    lm_time_budget_s: float = Field(540, gt=0, description="causal LMs: wall-clock budget; later candidates skip")
 
     @field_validator("workload")
     @classmethod

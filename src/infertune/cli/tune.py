@@ -30,6 +30,7 @@ def tune_cmd(
     max_ppl_delta: Annotated[float, typer.Option(help="causal LMs: allowed perplexity rise vs the reference (0.02 = +2%)")] = 0.02,
     min_top1: Annotated[float, typer.Option(help="causal LMs: minimum next-token top-1 agreement with the reference")] = 0.97,
     lm_batches: Annotated[str, typer.Option(help="causal LMs: decode batch sizes for TPOT, comma-separated")] = "1,8,32",
+    lm_time_budget: Annotated[float, typer.Option(help="causal LMs: wall-clock budget in seconds; candidates that cannot start in it are skipped")] = 540,
     as_json: Annotated[bool, typer.Option("--json", help="print results.json to stdout; humans read stderr")] = False,
 ) -> None:
     """Measure candidates (backend x precision x batching) on your workload, verify each against the
@@ -48,7 +49,7 @@ def tune_cmd(
         candidates=[c.strip() for c in candidates.split(",") if c.strip()] if candidates else None,
         rounds=rounds, threads=threads, max_eval_items=max_eval_items, pooling=pooling,
         lm_accuracy=LMAccuracyBudget(max_ppl_delta_rel=max_ppl_delta, min_top1_agreement=min_top1),
-        lm_batches=_batches(lm_batches),
+        lm_batches=_batches(lm_batches), lm_time_budget_s=lm_time_budget,
     )
     result = tune(cfg)
     from infertune.report import print_summary

@@ -55,7 +55,7 @@ def save_artifact(run, result, out: Path, tok, console) -> None:
     same_float = next((k for k, v in run.cands.items() if v.precision == c.precision and not v.quant
                        and k in run.greedy), None)
     expected_from = c.id if not c.quant else (same_float or result.reference)
-    greedy = [{"prompt": tok.decode(p), "prompt_tokens": len(p), "tokens": run.greedy[expected_from][i],
+    greedy = [{"prompt": tok.decode(p), "prompt_ids": list(p), "prompt_tokens": len(p), "tokens": run.greedy[expected_from][i],
                "text": tok.decode(run.greedy[expected_from][i])} for i, p in enumerate(run.plan["greedy"])]
     write_manifest(art, run.spec, c, result, saved, greedy, expected_from)
     result.artifact = str(art)

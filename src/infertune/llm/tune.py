@@ -66,7 +66,7 @@ def _plan(cfg: TuneConfig, spec, tok) -> tuple[dict[str, Any], WorkloadSummary]:
     steps = 8 if quick else 24
     batches = [b for b in cfg.lm_batches if not quick or b <= 8] or [1]
     plan = {"seqs": seqs, "greedy": greedy, "n_new": n_new, "ttft": ttft, "ctx": ctx_src[:64], "steps": steps,
-            "batches": batches, "reps": 1 if quick else 3,
+            "batches": batches, "reps": 1,
             "max_len": max(max(len(g) for g in greedy) + n_new, len(ctx_src[:64]) + steps + 1) + 8}
     summary = WorkloadSummary(
         source=source, n_items=len(reqs), n_calibration=0, n_eval=len(reqs), tokens_mean=float(lengths.mean()),
@@ -84,6 +84,15 @@ class _LMRun:
         self.cands: dict[str, LMCandidate] = {}
         self.ref_score: dict | None = None
         self.greedy: dict[str, list[list[int]]] = {}
+        self.deadline = time.monotonic() + cfg.lm_time_budget_s
+        self.rounds: dict[str, list[dict]] = {}
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def timeout(self) -> float:
+        """Per call: the candidate timeout, cut to what is left of the time budget (at least 30 s)."""
+        return max(30.0, min(self.cfg.candidate_timeout_s, self.left()))
 
     def record(self, c: LMCandidate, **kw: Any) -> CandidateResult:
         r = self.results.get(c.id) or CandidateResult(name=c.id, candidate=c.model_dump(mode="json"), status="ok")
@@ -93,6 +102,8 @@ class _LMRun:
 
     def start(self, c: LMCandidate) -> bool:
         reason = available(c, self.cfg.device)
+        if not reason and self.left() < 90 and c != reference(self.cfg.device):
+            reason = f"time budget ({self.cfg.lm_time_budget_s:.0f} s, --lm-time-budget) used up before it could start"
         if reason:
             self.record(c, status="skipped", reason=reason)
             self.console.print(f"  [yellow]skip[/] {c.id}: {reason}", highlight=False)
@@ -101,7 +112,7 @@ class _LMRun:
                "device": self.cfg.device, "threads": self.cfg.threads, "max_len": self.plan["max_len"],
                "seed": self.cfg.seed}
         self.console.print(f"  preparing {c.id} ...", highlight=False)
-        w = Worker(job, self.cfg.candidate_timeout_s)
+        w = Worker(job, self.timeout())
         try:
             info = w.ready()
         except WorkerFailed as e:
@@ -116,8 +127,8 @@ class _LMRun:
         w, p = self.workers[c.id], self.plan
         try:
             t = time.perf_counter()
-            score = w.call("score", seqs=p["seqs"], ref=self.ref_score)
-            greedy = w.call("greedy", prompts=p["greedy"], n=p["n_new"])["tokens"]
+            score = w.call("score", timeout=self.timeout(), seqs=p["seqs"], ref=self.ref_score)
+            greedy = w.call("greedy", timeout=self.timeout(), prompts=p["greedy"], n=p["n_new"])["tokens"]
         except WorkerFailed as e:
             self.fail(c, f"verification failed: {_short(e)}")
             return
@@ -140,7 +151,7 @@ class _LMRun:
             return None
         ttft = dict(list(p["ttft"].items())[:1]) if warmup else p["ttft"]
         try:
-            return w.call("measure", ttft=ttft, reps=1 if warmup else p["reps"], ctx=p["ctx"],
+            return w.call("measure", timeout=self.timeout(), ttft=ttft, reps=1 if warmup else p["reps"], ctx=p["ctx"],
                           steps=2 if warmup else p["steps"], batches=p["batches"])
         except WorkerFailed as e:
             self.fail(c, f"measurement failed: {_short(e)}")
@@ -244,11 +255,17 @@ def _rounds(run: _LMRun, cfg: TuneConfig, console, quiet: bool) -> None:
 
     live = [run.cands[k] for k, r in run.results.items() if r.status == "ok" and k in run.workers]
     run.rounds = {c.id: [] for c in live}
-    rounds = max(1, min(cfg.rounds, 2) if cfg.quick else cfg.rounds)
+    rounds = 1 if cfg.quick else max(1, min(cfg.rounds, 3))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True, disable=quiet) as bar:
         task = bar.add_task("measuring", total=len(live) * (rounds + 1))
+        t_prev = time.monotonic()
         for r in range(rounds + 1):  # round 0 warms up (and compiles each batch size's step): short
+            t_round = time.monotonic()
+            if r > 1 and run.left() < (t_round - t_prev) * 1.1:
+                console.print(f"  time budget: stopping after {r - 1} timed rounds", highlight=False)
+                break
+            t_prev = t_round
             for c in live:
                 bar.update(task, description=f"round {r}/{rounds} {c.id}")
                 if c.id in run.workers:

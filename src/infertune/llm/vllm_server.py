@@ -132,7 +132,7 @@ class VLLMServer:
         lines = Path(self.log).read_text(errors="replace").splitlines()[-15:]
         return "\nlast lines of its log (" + str(self.log) + "):\n" + "\n".join(lines)
 
-    def signal(self, sig: int) -> None:
+    def send(self, sig: int) -> None:
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, sig)
@@ -141,11 +141,11 @@ class VLLMServer:
 
     def stop(self, sig: int = signal.SIGTERM, grace_s: float = 30) -> int:
         """Signal the server's process group, wait up to `grace_s`, then SIGKILL it. Returns its exit code."""
-        self.signal(sig)
+        self.send(sig)
         try:
             self.proc.wait(grace_s)
         except subprocess.TimeoutExpired:
-            self.signal(signal.SIGKILL)
+            self.send(signal.SIGKILL)
             self.proc.wait(10)
         try:  # children (the engine core) share the group; make sure none outlives the server
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -190,7 +190,7 @@ def serve_llm(artifact_path: str | Path, host: str = "127.0.0.1", port: int = 80
 
     def forward(sig, _frame):
         stopping.append(sig)
-        srv.signal(sig)
+        srv.send(sig)
 
     old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -226,7 +226,8 @@ def check_greedy(url: str, artifact: str | Path, timeout_s: float = 300) -> dict
     model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
     fracs, details = [], []
     for s in m["greedy"]["samples"]:
-        body = {"model": model, "prompt": s["prompt"], "max_tokens": len(s["tokens"]), "temperature": 0,
+        # token ids, not text: decoding and re-tokenizing a prompt need not give back the same ids
+        body = {"model": model, "prompt": s.get("prompt_ids") or s["prompt"], "max_tokens": len(s["tokens"]), "temperature": 0,
                 "ignore_eos": True, "return_token_ids": True}
         ch = httpx.post(f"{url}/v1/completions", json=body, timeout=timeout_s).json()["choices"][0]
         got = ch.get("token_ids") or tok(ch["text"], add_special_tokens=False)["input_ids"]
