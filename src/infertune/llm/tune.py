@@ -37,7 +37,7 @@ def _plan(cfg: TuneConfig, spec, tok) -> tuple[dict[str, Any], WorkloadSummary]:
     rng = random.Random(cfg.seed)
     order = list(range(len(reqs)))
     rng.shuffle(order)
-    seq_len, budget = (256, 768) if quick else (512, 2048)
+    seq_len, budget = (256, 512) if quick else (512, 1024)
     stream: list[int] = []
     for i in order:
         r = reqs[i]
@@ -48,7 +48,7 @@ def _plan(cfg: TuneConfig, spec, tok) -> tuple[dict[str, Any], WorkloadSummary]:
     stream = stream[:budget]
     seqs = [stream[i:i + seq_len] for i in range(0, len(stream), seq_len) if len(stream[i:i + seq_len]) > 8]
     # 2. greedy continuations on short real prompts, spread over lengths
-    n_new, n_prompts = (16, 3) if quick else (32, 6)
+    n_new, n_prompts = (12, 3) if quick else (24, 4)
     short = sorted((i for i in range(len(reqs)) if len(rendered[i]) <= 128), key=lambda i: len(rendered[i]))
     if not short:
         short = sorted(range(len(reqs)), key=lambda i: len(rendered[i]))[:n_prompts]
@@ -77,14 +77,14 @@ def _plan(cfg: TuneConfig, spec, tok) -> tuple[dict[str, Any], WorkloadSummary]:
 
 
 class _LMRun:
-    def __init__(self, cfg: TuneConfig, spec, plan: dict[str, Any], out: Path, console):
+    def __init__(self, cfg: TuneConfig, spec, plan: dict[str, Any], out: Path, console, t_start: float):
         self.cfg, self.spec, self.plan, self.out, self.console = cfg, spec, plan, out, console
         self.workers: dict[str, Worker] = {}
         self.results: dict[str, CandidateResult] = {}
         self.cands: dict[str, LMCandidate] = {}
         self.ref_score: dict | None = None
         self.greedy: dict[str, list[list[int]]] = {}
-        self.deadline = time.monotonic() + cfg.lm_time_budget_s
+        self.deadline = t_start + cfg.lm_time_budget_s  # t_start: time.monotonic() when tune began
         self.rounds: dict[str, list[dict]] = {}
 
     def left(self) -> float:
@@ -185,7 +185,7 @@ def tune_lm(cfg: TuneConfig, quiet: bool = False) -> TuneResult:
     from infertune.tune import _out_dir, _write
 
     console = Console(stderr=True, quiet=quiet)
-    t_start = time.perf_counter()
+    t_start, t_mono = time.perf_counter(), time.monotonic()
     if cfg.device == "cuda":
         import torch
 
@@ -214,7 +214,7 @@ def tune_lm(cfg: TuneConfig, quiet: bool = False) -> TuneResult:
                             "ttft_lengths": list(plan["ttft"]), "tpot_batches": plan["batches"],
                             "tpot_context": len(plan["ctx"]), "tpot_steps": plan["steps"],
                             "static_cache_len": plan["max_len"], "kl": "top-64 of the reference + tail bucket"})
-    run = _LMRun(cfg, spec, plan, out, console)
+    run = _LMRun(cfg, spec, plan, out, console, t_mono)
     cands = [c for c in default_candidates(cfg.device, cfg.quick) if c == refc or matches(c, cfg.candidates)]
     try:
         for c in [refc] + [c for c in cands if c != refc]:
