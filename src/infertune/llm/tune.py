@@ -63,7 +63,7 @@ def _plan(cfg: TuneConfig, spec, tok) -> tuple[dict[str, Any], WorkloadSummary]:
         ttft[f"p{q}:{len(ids)}"] = ids
     # 4. TPOT: decode steps after a 64-token real context, at each batch size
     ctx_src = next((x for x in rendered if len(x) >= 64), max(rendered, key=len))
-    steps = 8 if quick else 24
+    steps = 8 if quick else 16
     batches = [b for b in cfg.lm_batches if not quick or b <= 8] or [1]
     plan = {"seqs": seqs, "greedy": greedy, "n_new": n_new, "ttft": ttft, "ctx": ctx_src[:64], "steps": steps,
             "batches": batches, "reps": 1,
@@ -91,8 +91,10 @@ class _LMRun:
         return self.deadline - time.monotonic()
 
     def timeout(self) -> float:
-        """Per call: the candidate timeout, cut to what is left of the time budget (at least 30 s)."""
-        return max(30.0, min(self.cfg.candidate_timeout_s, self.left()))
+        """Prepare/verify calls: the candidate timeout, cut to what is left of the verification share of
+        the budget (at least 60 s). Measurement calls keep the full candidate timeout: a candidate that
+        was verified is measured; the budget then only limits the number of timed rounds."""
+        return max(60.0, min(self.cfg.candidate_timeout_s, self.left() - 0.45 * self.cfg.lm_time_budget_s))
 
     def record(self, c: LMCandidate, **kw: Any) -> CandidateResult:
         r = self.results.get(c.id) or CandidateResult(name=c.id, candidate=c.model_dump(mode="json"), status="ok")
@@ -102,8 +104,9 @@ class _LMRun:
 
     def start(self, c: LMCandidate) -> bool:
         reason = available(c, self.cfg.device)
-        if not reason and self.left() < 90 and c != reference(self.cfg.device):
-            reason = f"time budget ({self.cfg.lm_time_budget_s:.0f} s, --lm-time-budget) used up before it could start"
+        if not reason and self.left() < 0.45 * self.cfg.lm_time_budget_s and c != reference(self.cfg.device):
+            reason = (f"time budget: {self.cfg.lm_time_budget_s:.0f} s in all (--lm-time-budget), 55% of it for "
+                      "preparing and verifying candidates, was used up before this one could start")
         if reason:
             self.record(c, status="skipped", reason=reason)
             self.console.print(f"  [yellow]skip[/] {c.id}: {reason}", highlight=False)
@@ -151,7 +154,7 @@ class _LMRun:
             return None
         ttft = dict(list(p["ttft"].items())[:1]) if warmup else p["ttft"]
         try:
-            return w.call("measure", timeout=self.timeout(), ttft=ttft, reps=1 if warmup else p["reps"], ctx=p["ctx"],
+            return w.call("measure", ttft=ttft, reps=1 if warmup else p["reps"], ctx=p["ctx"],
                           steps=2 if warmup else p["steps"], batches=p["batches"])
         except WorkerFailed as e:
             self.fail(c, f"measurement failed: {_short(e)}")
