@@ -66,8 +66,9 @@ def decide_lm(result: TuneResult, cfg: TuneConfig) -> None:
                      f"{base_tps:.1f} tokens/s, {_lat(base)}), measured in the same run, interleaved.")
     for r in sorted((r for r in result.candidates if _tps(r) > _tps(win)), key=_tps, reverse=True)[:3]:
         lines.append(f"Faster but not chosen: {r.name} ({r.tokens_per_s:.1f} tokens/s): {r.reason or r.status}.")
-    others = sorted((r for r in eligible if r.name != win.name), key=_tps, reverse=True)
+    others = sorted((r for r in eligible if r.name not in (win.name, base.name if base else None)),
+                    key=_tps, reverse=True)
     if others:
         r = others[0]
-        lines.append(f"Runner-up: {r.name} at {r.tokens_per_s:.1f} tokens/s ({(_tps(win) / _tps(r) - 1) * 100:.0f}% slower).")
+        lines.append(f"Runner-up: {r.name} at {r.tokens_per_s:.1f} tokens/s (the winner is {_tps(win) / _tps(r):.2f}x it).")
     result.decision = lines

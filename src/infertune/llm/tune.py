@@ -154,7 +154,7 @@ class _LMRun:
             return None
         ttft = dict(list(p["ttft"].items())[:1]) if warmup else p["ttft"]
         try:
-            return w.call("measure", ttft=ttft, reps=1 if warmup else p["reps"], ctx=p["ctx"],
+            return w.call("measure", timeout=self.cfg.candidate_timeout_s, ttft=ttft, reps=1 if warmup else p["reps"], ctx=p["ctx"],
                           steps=2 if warmup else p["steps"], batches=p["batches"])
         except WorkerFailed as e:
             self.fail(c, f"measurement failed: {_short(e)}")
