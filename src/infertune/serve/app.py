@@ -271,7 +271,8 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _serve_llm(cfg: ServeConfig, manifest: dict[str, Any]) -> Any:
+def _serve_llm(cfg: ServeConfig, manifest: dict[str, Any], path: Any) -> ServeResult:
+    """LLM artifacts are served by vLLM (never by a home-made generation server)."""
     import importlib
 
     try:
@@ -284,7 +285,12 @@ def _serve_llm(cfg: ServeConfig, manifest: dict[str, Any]) -> Any:
     if fn is None:
         raise InfertuneError(f"{cfg.model} is a causal-LM artifact; serving it needs infertune.llm.vllm_server"
                              ":serve_llm, which this installation does not have")
-    return fn(cfg)
+    t0 = time.monotonic()
+    code = fn(path, host=cfg.host, port=cfg.port)
+    if code not in (0, None):
+        raise InfertuneError(f"vLLM exited with code {code}; its log above says why (try `infertune doctor explain`)")
+    return ServeResult(model=str(cfg.model), url=f"http://{cfg.host}:{cfg.port}", uptime_s=round(time.monotonic() - t0, 1),
+                       exit_reason="vLLM stopped cleanly")
 
 
 def serve(config: ServeConfig) -> ServeResult:
@@ -297,7 +303,7 @@ def serve(config: ServeConfig) -> ServeResult:
     ref = resolve_model(config.model)
     manifest = read_manifest(ref.path) if ref.format == "artifact" else None
     if manifest is not None and manifest.get("kind") == "causal-lm":
-        return _serve_llm(config, manifest)
+        return _serve_llm(config, manifest, ref.path)
     if manifest is None:
         from infertune.models.embedding import embedding_spec
 
