@@ -47,7 +47,7 @@ def _workload(cfg: TuneConfig, spec, tokenizer) -> tuple[list[str], list[str], W
     lengths = [len(x) for x in tokenizer(wl.items, truncation=False)["input_ids"]]
     calib, evals = stratified_split(lengths, cfg.eval_fraction, cfg.seed)
     # CPU passes are slow: cap the eval split so a full tune fits in minutes. GPU passes are fast: use it all.
-    cap = cfg.max_eval_items or (120 if cfg.quick else 320 if cfg.device == "cpu" else 5000)
+    cap = cfg.max_eval_items or (120 if cfg.quick else 256 if cfg.device == "cpu" else 5000)
     evals = stratified_subsample(evals, lengths, cap, cfg.seed)
     calib = stratified_subsample(calib, lengths, 32 if cfg.quick else 64, cfg.seed)
     a = np.asarray(lengths)
