@@ -99,7 +99,8 @@ class TuneConfig(BaseModel):
     seed: int = 0
     eval_fraction: float = Field(0.7, gt=0, lt=1)
     max_eval_items: int | None = None
-    rounds: int = Field(5, ge=1, description="timed passes over the eval set per candidate, interleaved")
+    rounds: int = Field(2, ge=1, description="timed passes over the eval split per candidate, interleaved")
+    confirm_rounds: int = Field(4, ge=0, description="extra interleaved passes for the leaders and the baseline")
     candidate_timeout_s: float = Field(600, gt=0)
     threads: int | None = None
     pooling: str | None = None  # override for plain HF encoders: mean | cls | last
