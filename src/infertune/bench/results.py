@@ -1,0 +1,127 @@
+"""Result records of `infertune bench`.
+
+Contract (read by other tools; extend, never rename): bench.json has `config`, `environment`, `points`
+(each: `offered` {`concurrency` or `rate`}, `achieved_rps`, `n`, `errors`, `valid`, `latency_ms`
+{p50,p90,p95,p99,p999} and, for streaming, `ttft_ms`/`itl_ms` likewise) and, after an SLO search,
+`slo` {`target`, `max_load`, `met`}.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from infertune.results import EnvFingerprint
+
+
+class Percentiles(BaseModel):
+    """Milliseconds over n samples."""
+
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    p999: float | None = None
+    mean: float | None = None
+    min: float | None = None
+    max: float | None = None
+    n: int = 0
+
+
+class Offered(BaseModel):
+    concurrency: int | None = None
+    rate: float | None = None
+    arrivals: str | None = None  # constant | poisson, for rate points
+
+
+class Errors(BaseModel):
+    total: int = 0
+    rate: float = 0.0  # errors / requests counted
+    by_kind: dict[str, int] = {}
+    examples: dict[str, str] = {}  # kind -> first message seen
+
+
+class ClientCheck(BaseModel):
+    """Could the load generator keep up? Lag = actual dispatch - scheduled send time."""
+
+    workers: int = 1
+    cpu_util: float = 0.0  # busiest worker, share of one core over the point
+    lag_ms: Percentiles = Percentiles()
+    loop_lag_ms: Percentiles = Percentiles()  # event-loop heartbeat overshoot
+    sent_rps: float = 0.0
+    scheduled: int = 0
+    unsent: int = 0  # scheduled in the window but never sent (client far behind)
+    inflight_capped: bool = False
+
+
+class Point(BaseModel):
+    offered: Offered
+    label: str = ""
+    phase: str = ""  # sweep | search | fixed
+    valid: bool = True
+    invalid_reason: str = ""
+    warning: str = ""  # a caveat that does not invalidate the point (e.g. client loop delayed by a busy host)
+    n: int = 0  # requests scheduled in the measured window (warm-up excluded)
+    ok: int = 0
+    achieved_rps: float = 0.0  # completed ok / measured window
+    errors: Errors = Errors()
+    latency_ms: Percentiles = Percentiles()  # end to end, from the scheduled send time
+    ttft_ms: Percentiles | None = None
+    itl_ms: Percentiles | None = None
+    tpot_ms: Percentiles | None = None
+    input_tokens_per_s: float | None = None
+    output_tokens_per_s: float | None = None
+    tokens_estimated: bool = False  # True when the server gave no usage and tokens were estimated
+    goodput_rps: float | None = None  # ok requests that met every per-request SLO bound / window
+    mean_inflight: float | None = None  # Little's law: achieved_rps x mean latency
+    slo_pass: bool | None = None
+    slo_detail: list[str] = []
+    client: ClientCheck = ClientCheck()
+    window_s: float = 0.0
+    t_start: float = 0.0  # seconds since the bench started (client clock, same as telemetry)
+    t_end: float = 0.0
+    requests: list[dict[str, Any]] | None = None  # per-request records with --save-requests
+
+
+class SLOResult(BaseModel):
+    target: str
+    over: str  # rate | concurrency
+    max_load: float | None = None
+    met: bool = False
+    bracket: list[float | None] = [None, None]  # [highest passing, lowest failing]
+    repeats: int = 0
+    steps: list[str] = []
+
+
+class Knee(BaseModel):
+    over: str  # concurrency | rate
+    load: float
+    throughput: float
+    rule: str
+    recommended_max_num_seqs: int | None = None
+    derivation: str = ""
+
+
+class TelemetrySeries(BaseModel):
+    source: str
+    interval_s: float
+    t: list[float] = []  # seconds since bench start
+    series: dict[str, list[float | None]] = {}  # "name{labels}" -> values aligned with t
+    types: dict[str, str] = {}
+    errors: list[str] = []
+
+
+class BenchResult(BaseModel):
+    config: dict[str, Any]
+    environment: EnvFingerprint
+    target: dict[str, Any] = {}  # url, api, model, workload summary
+    points: list[Point] = []
+    slo: SLOResult | None = None
+    knee: Knee | None = None
+    telemetry: list[TelemetrySeries] = []
+    warnings: list[str] = []
+    out_dir: str | None = None
+    started: str = ""
+    wall_s: float | None = None
+    notes: list[str] = Field(default_factory=list)

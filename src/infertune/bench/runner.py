@@ -1,0 +1,203 @@
+"""`infertune.bench(BenchConfig) -> BenchResult`: probe the target, run the load profile point by point
+in worker processes while telemetry is scraped, then write bench.json / bench.html / bench.csv."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from infertune.bench import profiles
+from infertune.bench.config import BenchConfig
+from infertune.bench.engine import WorkerPool
+from infertune.bench.results import BenchResult, Knee, Offered, Point
+from infertune.bench.slo import SLO, parse_slo, search
+from infertune.bench.stats import build_point
+from infertune.bench.telemetry import Telemetry
+from infertune.bench.workload import Requests, build
+from infertune.errors import InfertuneError
+
+Log = Callable[[str], None]
+
+
+async def _probe(cfg: BenchConfig, body: bytes, in_tokens: int) -> tuple:
+    import aiohttp
+
+    from infertune.bench.client import request
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=cfg.timeout, sock_connect=10)) as s:
+        return await request(s, cfg.url + cfg.endpoint, body, cfg.api, cfg.streaming, time.monotonic(), in_tokens,
+                             {"Content-Type": "application/json"})
+
+
+def _default_model(cfg: BenchConfig) -> str | None:
+    import httpx
+
+    try:
+        r = httpx.get(cfg.url + "/v1/models", timeout=10)
+    except httpx.HTTPError as e:
+        raise InfertuneError(f"cannot reach {cfg.url}: {type(e).__name__}: {e}. Is the server running there?") from None
+    try:
+        data = r.json().get("data") or []
+        return data[0]["id"] if data else None
+    except (ValueError, AttributeError, KeyError, IndexError, TypeError):
+        return None
+
+
+def preflight(cfg: BenchConfig, req: Requests, log: Log) -> list[str]:
+    """One request before the load: user mistakes (nothing listening, wrong API kind) stop here with a
+    clear message; anything else is only a warning, and such failures are counted during the run."""
+    r = asyncio.run(_probe(cfg, req.bodies[0], req.input_tokens[0]))
+    kind, msg = r[4], r[5]
+    if not kind:
+        log(f"probe ok: {cfg.api} answered in {(r[3] - r[1]) * 1e3:.0f} ms")
+        return []
+    where = f"POST {cfg.url}{cfg.endpoint}"
+    if kind == "connect":
+        raise InfertuneError(f"cannot connect to {where}: {msg}. Is the server running at {cfg.url}?")
+    if kind == "http_4xx" and msg.startswith(("HTTP 404", "HTTP 405")):
+        raise InfertuneError(f"{where} answered {msg.split(':')[0]}: this server does not serve --api {cfg.api} "
+                             "there. Check --api (embeddings, completions, chat) and the URL.")
+    from infertune.bench.client import HINTS
+
+    w = f"probe request failed ({kind}): {msg}. {HINTS.get(kind, '')}. Such failures are counted in the results."
+    log(f"warning: {w}")
+    return [w]
+
+
+class _Runner:
+    def __init__(self, cfg: BenchConfig, req: Requests, pool: WorkerPool, bench_t0: float, slo: SLO | None, log: Log):
+        self.cfg, self.req, self.pool, self.t0, self.slo, self.log = cfg, req, pool, bench_t0, slo, log
+        self.points: list[Point] = []
+        self.seq = 0
+
+    def point(self, *, rate: float | None = None, concurrency: int | None = None, phase: str = "fixed") -> Point:
+        cfg = self.cfg
+        self.seq += 1
+        n_workers = min(len(self.pool), profiles.choose_workers(cfg.workers, rate, concurrency))
+        t0 = time.monotonic() + 0.3
+        base = {"url": cfg.url + cfg.endpoint, "api": cfg.api, "stream": cfg.streaming, "t0": t0,
+                "warmup": cfg.warmup, "duration": cfg.duration, "timeout": cfg.timeout,
+                "max_connections": cfg.max_connections}
+        specs = profiles.split_point(base, n_workers, rate, concurrency, cfg.arrivals, cfg.seed + self.seq,
+                                     cfg.max_requests)
+        specs += [None] * (len(self.pool) - len(specs))
+        results = self.pool.run(specs, deadline_s=cfg.warmup + cfg.duration + cfg.timeout + 60)
+        bad = [r["error"] for r in results if "error" in r]
+        if bad:
+            raise RuntimeError(f"load worker failed: {bad[0]}")
+        offered = Offered(rate=rate, arrivals=cfg.arrivals) if rate is not None else Offered(concurrency=concurrency)
+        p = build_point(results, offered=offered, t0=t0, warmup=cfg.warmup, duration=cfg.duration,
+                        streaming=cfg.streaming, bench_t0=self.t0, cfg=cfg,
+                        bounds=self.slo.bounds if self.slo else None, mode="rate" if rate is not None else "concurrency",
+                        save_requests=cfg.save_requests)
+        p.phase = phase
+        p.label = f"rate={rate:.4g}/s" if rate is not None else f"concurrency={concurrency}"
+        if self.slo and p.slo_pass is None:
+            p.slo_pass, p.slo_detail = self.slo.check(p)
+        self.points.append(p)
+        self.log(_one_line(p))
+        return p
+
+
+def _one_line(p: Point) -> str:
+    lat = p.latency_ms
+    s = f"{p.label}: {p.achieved_rps:.1f} req/s ok, n={p.n}, p50 {lat.p50 or 0:.1f} ms, p99 {lat.p99 or 0:.1f} ms"
+    if p.ttft_ms and p.ttft_ms.p50 is not None:
+        s += f", TTFT p50 {p.ttft_ms.p50:.1f} ms, ITL p50 {(p.itl_ms.p50 or 0):.1f} ms"
+    if p.errors.total:
+        s += f", errors {p.errors.total} {p.errors.by_kind}"
+    if not p.valid:
+        s += f"  INVALID: {p.invalid_reason}"
+    elif p.warning:
+        s += f"  (caveat: {p.warning})"
+    return s
+
+
+def find_knee(points: list[Point], api: str) -> Knee | None:
+    """The smallest load reaching 90% of the best throughput seen: beyond it, more load mostly adds queueing."""
+    conc = [p for p in points if p.valid and p.offered.concurrency and p.ok]
+    rate = [p for p in points if p.valid and p.offered.rate and p.ok]
+    pts, over = (conc, "concurrency") if len(conc) >= 2 else (rate, "rate")
+    if len(pts) < 2:
+        return None
+    tput = (lambda p: p.output_tokens_per_s or 0.0) if api != "embeddings" else (lambda p: p.achieved_rps)
+    unit = "output tokens/s" if api != "embeddings" else "req/s"
+    load = (lambda p: p.offered.concurrency) if over == "concurrency" else (lambda p: p.offered.rate)
+    pts = sorted(pts, key=load)
+    best = max(tput(p) for p in pts)
+    knee = next(p for p in pts if tput(p) >= 0.9 * best)
+    k = Knee(over=over, load=float(load(knee)), throughput=round(tput(knee), 2),
+             rule=f"smallest {over} reaching 90% of the best {unit} measured ({best:.1f})")
+    if api != "embeddings":
+        if over == "concurrency":
+            k.recommended_max_num_seqs = int(load(knee))
+            k.derivation = (f"throughput reaches {tput(knee):.1f} of {best:.1f} {unit} at concurrency {load(knee)}; "
+                            "more sequences in flight add latency but little throughput")
+        elif knee.mean_inflight:
+            k.recommended_max_num_seqs = max(1, math.ceil(knee.mean_inflight))
+            k.derivation = (f"Little's law at the knee rate {load(knee):.3g}/s: in flight = rate x mean latency = "
+                            f"{knee.achieved_rps:.2f}/s x {knee.latency_ms.mean:.0f} ms = {knee.mean_inflight:.2f}")
+    return k
+
+
+def bench(cfg: BenchConfig, log: Log | None = None) -> BenchResult:
+    log = log or (lambda s: None)
+    started = dt.datetime.now().isoformat(timespec="seconds")
+    wall0 = time.monotonic()
+    model = cfg.model or _default_model(cfg)
+    req = build(cfg.api, model, cfg.streaming, cfg.workload, cfg.synthetic, cfg.seed)
+    slo = parse_slo(cfg.slo, cfg.max_error_rate, cfg.streaming) if cfg.slo else None
+    warnings = preflight(cfg, req, log)
+    from infertune.fingerprint import fingerprint
+
+    env = fingerprint()
+    loads = [("rate", r) for r in cfg.rates] + [("concurrency", c) for c in cfg.concurrency]
+    top = max([profiles.choose_workers(cfg.workers, x if k == "rate" else None, int(x) if k != "rate" else None)
+               for k, x in loads] or [profiles.choose_workers(cfg.workers, None, None)])
+    metrics_url = cfg.url + "/metrics" if cfg.metrics_url is None else (cfg.metrics_url or None)
+    bench_t0 = time.monotonic()
+    result = BenchResult(config=cfg.model_dump(mode="json"), environment=env, started=started, warnings=warnings,
+                         target={"url": cfg.url, "api": cfg.api, "endpoint": cfg.endpoint, "model": model,
+                                 "streaming": cfg.streaming, "workload": req.summary()})
+    with WorkerPool(top, req.bodies, req.input_tokens) as pool:
+        result.notes.append(f"{len(pool)} worker process(es), event loop {pool.loop}")
+        tel = Telemetry(metrics_url, cfg.scrape_interval, bench_t0).start()
+        run = _Runner(cfg, req, pool, bench_t0, slo, log)
+        try:
+            if cfg.slo:
+                assert slo is not None
+                p1 = run.point(concurrency=1, phase="search")  # one at a time: where the search starts
+                start = max(1.0, p1.achieved_rps) if cfg.slo_over == "rate" else 1
+                result.slo = search(lambda x: run.point(**{("rate" if cfg.slo_over == "rate" else "concurrency"):
+                                                           (x if cfg.slo_over == "rate" else int(x))}, phase="search"),
+                                    slo, over=cfg.slo_over, start=start, tolerance=cfg.slo_tolerance,
+                                    repeats=cfg.slo_repeats, log=log)
+            elif cfg.sweep:
+                p1 = run.point(concurrency=1, phase="sweep")
+                pmax = run.point(concurrency=cfg.sweep_max_concurrency, phase="sweep")
+                for r in profiles.sweep_rates(max(p1.achieved_rps, 0.1), max(pmax.achieved_rps, 0.1), cfg.sweep_points):
+                    p = run.point(rate=r, phase="sweep")
+                    if not p.valid or p.errors.rate > 0.5:
+                        log(f"sweep stopped at rate {r:.3g}/s: {'client saturated' if not p.valid else 'errors > 50%'}")
+                        break
+            else:
+                for kind, x in loads or [("concurrency", 1)]:
+                    run.point(**{kind: x})
+        finally:
+            result.telemetry = tel.stop()
+            result.points = run.points
+    result.knee = find_knee(result.points, cfg.api)
+    for p in result.points:
+        if not p.valid:
+            result.warnings.append(f"{p.label}: INVALID - {p.invalid_reason}")
+    result.wall_s = round(time.monotonic() - wall0, 2)
+    if cfg.out is not None:
+        from infertune.bench.report import write_outputs
+
+        result.out_dir = str(cfg.out)
+        write_outputs(result, Path(cfg.out))
+    return result

@@ -1,0 +1,161 @@
+"""SLOs ('p99_e2e_ms<=200,p50_ttft_ms<=100') and the search for the highest load that meets them:
+bracket by doubling/halving, bisect (geometrically for rates) to a tolerance, then repeat the winner."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from infertune.bench.results import Point, SLOResult
+from infertune.errors import InfertuneError
+
+_TERM = re.compile(r"^\s*(p50|p90|p95|p99|p999|mean)_(e2e|ttft|itl|tpot)_ms\s*(<=|<)\s*([\d.]+)\s*$")
+_ERR = re.compile(r"^\s*error_rate\s*(<=|<)\s*([\d.]+)\s*$")
+_FIELD = {"e2e": "latency_ms", "ttft": "ttft_ms", "itl": "itl_ms", "tpot": "tpot_ms"}
+
+
+@dataclass(frozen=True)
+class Term:
+    stat: str
+    metric: str
+    limit: float
+
+
+@dataclass(frozen=True)
+class SLO:
+    text: str
+    terms: tuple[Term, ...]
+    max_error_rate: float
+
+    @property
+    def bounds(self) -> dict[str, float]:
+        """Per-request limits for goodput (a request is good if it is under every bound)."""
+        out: dict[str, float] = {}
+        for t in self.terms:
+            out[t.metric] = min(out.get(t.metric, math.inf), t.limit)
+        return out
+
+    def check(self, p: Point) -> tuple[bool, list[str]]:
+        notes, ok = [], True
+        if not p.valid:
+            return False, [f"invalid point: {p.invalid_reason}"]
+        if p.n == 0 or p.ok == 0:
+            return False, ["no successful requests"]
+        if p.errors.rate > self.max_error_rate:
+            ok = False
+            notes.append(f"error rate {p.errors.rate:.2%} > {self.max_error_rate:.2%}")
+        for t in self.terms:
+            pc = getattr(p, _FIELD[t.metric])
+            val = getattr(pc, t.stat) if pc is not None else None
+            if val is None:
+                ok = False
+                notes.append(f"{t.stat}_{t.metric}_ms not measured (streaming off?)")
+                continue
+            good = val <= t.limit
+            ok &= good
+            notes.append(f"{t.stat}_{t.metric}_ms={val:.1f} {'<=' if good else '>'} {t.limit:g}")
+        return ok, notes
+
+
+def parse_slo(text: str, max_error_rate: float, streaming: bool) -> SLO:
+    terms, err = [], max_error_rate
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        m, e = _TERM.match(part), _ERR.match(part)
+        if e:
+            err = float(e.group(2))
+            continue
+        if not m:
+            raise InfertuneError(f"cannot read SLO term {part.strip()!r}; write e.g. 'p99_e2e_ms<=200' "
+                                 "(stat p50|p90|p95|p99|p999|mean, metric e2e|ttft|itl|tpot) or 'error_rate<=0.01'")
+        if m.group(2) != "e2e" and not streaming:
+            raise InfertuneError(f"SLO term {part.strip()!r} needs streaming (--api completions/chat with --stream)")
+        terms.append(Term(m.group(1), m.group(2), float(m.group(4))))
+    if not terms:
+        raise InfertuneError("--slo needs at least one latency term, e.g. 'p99_e2e_ms<=200'")
+    return SLO(text, tuple(terms), err)
+
+
+def search(run: Callable[[float], Point], slo: SLO, *, over: str, start: float, tolerance: float, repeats: int,
+           max_steps: int = 14, floor: float | None = None, ceiling: float | None = None,
+           log: Callable[[str], None] = lambda s: None) -> SLOResult:
+    """Highest load in [floor, ceiling] whose point passes `slo`. `run(load)` measures one point."""
+    integer = over == "concurrency"
+    floor = floor if floor is not None else (1 if integer else 0.1)
+    ceiling = ceiling if ceiling is not None else (4096 if integer else 1e6)
+    res = SLOResult(target=slo.text, over=over)
+    steps = 0
+
+    def measure(load: float) -> bool:
+        nonlocal steps
+        steps += 1
+        p = run(load)
+        ok, notes = slo.check(p)
+        p.slo_pass, p.slo_detail = ok, notes
+        line = f"{over}={_fmt(load, integer)}: {'pass' if ok else 'FAIL'} ({'; '.join(notes)})"
+        res.steps.append(line)
+        log(line)
+        return ok
+
+    def norm(x: float) -> float:
+        return float(max(floor, min(ceiling, round(x) if integer else x)))
+
+    lo: float | None = None
+    hi: float | None = None
+    x = norm(start)
+    # bracket
+    if measure(x):
+        lo = x
+        while steps < max_steps and lo < ceiling:
+            x = norm(lo * 2)
+            if measure(x):
+                lo = x
+            else:
+                hi = x
+                break
+    else:
+        hi = x
+        while steps < max_steps and hi > floor:
+            x = norm(hi / 2)
+            if x >= hi:
+                break
+            if measure(x):
+                lo = x
+                break
+            hi = x
+    if lo is None:
+        res.bracket = [None, hi]
+        return res
+    # bisect
+    while hi is not None and steps < max_steps:
+        if (integer and hi - lo <= 1) or (not integer and hi / lo <= 1 + tolerance):
+            break
+        mid = norm(math.sqrt(lo * hi)) if not integer else norm((lo + hi) / 2)
+        if mid in (lo, hi):
+            break
+        if measure(mid):
+            lo = mid
+        else:
+            hi = mid
+    # repeats at the boundary: every repeat must pass, else step down
+    confirmed = False
+    for _ in range(4):
+        if all(measure(lo) for _ in range(max(0, repeats - 1))):
+            confirmed = True
+            break
+        hi = lo
+        lo = norm(lo - 1) if integer else norm(lo / (1 + tolerance))
+        if lo >= hi or not measure(lo):
+            break
+    res.repeats = repeats
+    res.bracket = [lo, hi]
+    res.met = confirmed
+    res.max_load = lo if confirmed else None
+    return res
+
+
+def _fmt(x: float, integer: bool) -> str:
+    return f"{int(x)}" if integer else f"{x:.3g}"

@@ -1,0 +1,111 @@
+"""From raw request records to one load point: percentiles with n, throughput, errors by kind, goodput,
+and the client self-check that decides whether the point can be trusted."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from infertune.bench.client import HINTS
+from infertune.bench.results import ClientCheck, Errors, Offered, Percentiles, Point
+
+
+def percentiles(values_ms) -> Percentiles:
+    a = np.asarray(values_ms, dtype=float)
+    a = a[np.isfinite(a)]
+    if a.size == 0:
+        return Percentiles()
+    q = np.percentile(a, [50, 90, 95, 99, 99.9])
+    r = lambda x: round(float(x), 3)  # noqa: E731
+    return Percentiles(p50=r(q[0]), p90=r(q[1]), p95=r(q[2]), p99=r(q[3]), p999=r(q[4]), mean=r(a.mean()),
+                       min=r(a.min()), max=r(a.max()), n=int(a.size))
+
+
+def build_point(results: list[dict[str, Any]], *, offered: Offered, t0: float, warmup: float, duration: float,
+                streaming: bool, bench_t0: float, cfg, bounds: dict[str, float] | None = None,
+                mode: str = "rate", save_requests: bool = False) -> Point:
+    """`bounds`: per-request goodput limits in ms, e.g. {"e2e": 200, "ttft": 500}."""
+    w0, w1 = t0 + warmup, t0 + warmup + duration
+    recs = [r for res in results for r in res["records"]]
+    meas = [r for r in recs if w0 <= r[0] < w1]
+    unsent = sum(1 for res in results for u in res.get("unsent", []) if w0 <= u < w1)
+    n = len(meas) + unsent
+    ok = [r for r in meas if not r[4]]
+    errs = [r for r in meas if r[4]]
+    by_kind: dict[str, int] = {}
+    examples: dict[str, str] = {}
+    for r in errs:
+        by_kind[r[4]] = by_kind.get(r[4], 0) + 1
+        examples.setdefault(r[4], f"{r[5]} ({HINTS.get(r[4], '')})")
+    done_in_window = [r for r in recs if not r[4] and w0 <= r[3] < w1]
+    achieved = len(done_in_window) / duration
+    e2e = np.array([(r[3] - r[0]) * 1e3 for r in ok])
+    lag = np.array([(r[1] - r[0]) * 1e3 for r in meas])
+    beats = np.array([b * 1e3 for res in results for b in res["beats"]])
+    cpu = max((res["cpu"] / res["wall"] for res in results if res["wall"] > 0), default=0.0)
+    sent = sum(1 for r in recs if w0 <= r[1] < w1) / duration
+    point = Point(offered=offered, n=n, ok=len(ok), achieved_rps=round(achieved, 3),
+                  errors=Errors(total=len(errs), rate=round(len(errs) / n, 5) if n else 0.0, by_kind=by_kind,
+                                examples=examples),
+                  latency_ms=percentiles(e2e), window_s=duration,
+                  t_start=round(w0 - bench_t0, 3), t_end=round(w1 - bench_t0, 3),
+                  client=ClientCheck(workers=len(results), cpu_util=round(cpu, 3), lag_ms=percentiles(lag),
+                                     loop_lag_ms=percentiles(beats), sent_rps=round(sent, 2), scheduled=n,
+                                     unsent=unsent, inflight_capped=any(res.get("capped") for res in results)))
+    in_tok = sum(r[7] for r in done_in_window)
+    point.tokens_estimated = any(r[5] != "usage" for r in done_in_window)
+    point.input_tokens_per_s = round(in_tok / duration, 2)
+    if e2e.size:
+        point.mean_inflight = round(achieved * float(e2e.mean()) / 1e3, 3)
+    good = np.ones(len(ok), dtype=bool)
+    if streaming:
+        ttft = np.array([(r[2] - r[0]) * 1e3 for r in ok])
+        itl = [np.diff(np.asarray(r[8])) * 1e3 for r in ok if r[8] and len(r[8]) > 1]
+        tpot = np.array([(r[3] - r[2]) * 1e3 / (r[6] - 1) if r[6] > 1 and math.isfinite(r[2]) else math.nan
+                         for r in ok])
+        point.ttft_ms = percentiles(ttft)
+        point.itl_ms = percentiles(np.concatenate(itl) if itl else [])
+        point.tpot_ms = percentiles(tpot)
+        point.output_tokens_per_s = round(sum(r[6] for r in done_in_window) / duration, 2)
+        per = {"e2e": e2e, "ttft": ttft, "tpot": tpot,
+               "itl": np.array([float(np.max(np.diff(r[8]))) * 1e3 if r[8] and len(r[8]) > 1 else 0.0 for r in ok])}
+    else:
+        per = {"e2e": e2e}
+    if bounds is not None:
+        for metric, limit in bounds.items():
+            if metric in per and len(ok):
+                good &= np.nan_to_num(per[metric], nan=math.inf) <= limit
+        point.goodput_rps = round(float(good.sum()) / duration, 3)
+    _self_check(point, cfg, mode)
+    if save_requests:
+        point.requests = [{"sched_s": round(r[0] - bench_t0, 6), "lag_ms": round((r[1] - r[0]) * 1e3, 3),
+                           "e2e_ms": round((r[3] - r[0]) * 1e3, 3),
+                           "ttft_ms": round((r[2] - r[0]) * 1e3, 3) if math.isfinite(r[2]) else None,
+                           "error": r[4] or None, "out_tokens": r[6], "in_tokens": r[7]} for r in meas]
+    return point
+
+
+def _self_check(point: Point, cfg, mode: str) -> None:
+    c = point.client
+    reasons = []
+    if mode == "rate" and c.lag_ms.p99 is not None and c.lag_ms.p99 > cfg.max_lag_ms:
+        want = point.offered.rate or 0
+        reasons.append(f"client fell behind its schedule: p99 send lag {c.lag_ms.p99:.1f} ms > {cfg.max_lag_ms:g} ms "
+                       f"(sent {c.sent_rps:.0f} of {want:.0f} req/s requested)")
+    if c.unsent:
+        reasons.append(f"client never sent {c.unsent} of {c.scheduled} scheduled requests")
+    if c.inflight_capped:
+        reasons.append(f"hit the cap of {cfg.max_connections} requests in flight per worker (the server is far "
+                       "past saturation at this rate, or raise max_connections)")
+    if c.loop_lag_ms.p99 is not None and c.loop_lag_ms.p99 > cfg.max_lag_ms:
+        # the OS or other work kept the client's loop from running: timestamps may be late by about this
+        # much. In open loop this also shows up as schedule lag (invalid above); here it is a caveat.
+        point.warning = (f"client event loop was delayed (p99 {c.loop_lag_ms.p99:.1f} ms, max "
+                         f"{c.loop_lag_ms.max:.0f} ms; busy host?): timings finer than that are blurred")
+    if c.cpu_util > cfg.max_client_cpu:
+        reasons.append(f"client CPU-bound: {c.cpu_util:.0%} of one core in the busiest of {c.workers} worker(s)")
+    if reasons:
+        point.valid = False
+        point.invalid_reason = "; ".join(reasons) + ". Latencies here measure the load generator, not the server."

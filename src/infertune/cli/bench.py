@@ -1,0 +1,86 @@
+"""`infertune bench`: thin shell over infertune.bench.runner.bench()."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bench")(bench_cmd)
+
+
+def _nums(text: str | None, kind: type, flag: str) -> list:
+    from infertune.errors import InfertuneError
+
+    if not text:
+        return []
+    try:
+        return [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InfertuneError(f"{flag} takes comma-separated numbers, e.g. {flag} 1,4,16; got {text!r}") from None
+
+
+def bench_cmd(
+    url: Annotated[str, typer.Argument(help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000")],
+    api: Annotated[str, typer.Option(help="embeddings | completions | chat")] = "embeddings",
+    model: Annotated[str | None, typer.Option(help="model name in requests (default: first of GET /v1/models)")] = None,
+    workload: Annotated[Path | None, typer.Option(help="JSONL: {\"input\": ...} or {\"prompt\"|\"messages\", \"max_tokens\"}")] = None,
+    synthetic: Annotated[str | None, typer.Option(help="e.g. 'prompt=lognormal(200,0.6),output=128'")] = None,
+    concurrency: Annotated[str | None, typer.Option(help="closed loop: streams in flight, e.g. 1,4,16")] = None,
+    rate: Annotated[str | None, typer.Option(help="open loop: requests/s, e.g. 10,50,100")] = None,
+    arrivals: Annotated[str, typer.Option(help="constant or poisson (seeded)")] = "constant",
+    sweep: Annotated[bool, typer.Option(help="one-at-a-time, saturation, then rates in between")] = False,
+    slo: Annotated[str | None, typer.Option(help="search the highest load meeting e.g. 'p99_e2e_ms<=200'")] = None,
+    slo_over: Annotated[str, typer.Option(help="what the SLO search varies: rate or concurrency")] = "rate",
+    duration: Annotated[float, typer.Option(help="measured seconds per point")] = 10.0,
+    warmup: Annotated[float, typer.Option(help="seconds per point not counted")] = 2.0,
+    max_requests: Annotated[int | None, typer.Option(help="cap on measured requests per point")] = None,
+    stream: Annotated[bool | None, typer.Option("--stream/--no-stream", help="stream completions/chat (default on)")] = None,
+    workers: Annotated[str, typer.Option(help="load processes: a number or auto")] = "auto",
+    timeout: Annotated[float, typer.Option(help="per-request timeout (s)")] = 60.0,
+    max_lag_ms: Annotated[float, typer.Option(help="p99 schedule lag that marks a point invalid (ms)")] = 10.0,
+    metrics_url: Annotated[str | None, typer.Option(help="Prometheus URL to scrape (default URL/metrics; '' = off)")] = None,
+    seed: Annotated[int, typer.Option(help="seed for arrivals and synthetic prompts")] = 0,
+    out: Annotated[Path | None, typer.Option(help="write bench.json, bench.html, bench.csv here")] = None,
+    save_requests: Annotated[bool, typer.Option(help="keep per-request records in bench.json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print bench.json to stdout; humans read stderr")] = False,
+) -> None:
+    """Load-test an OpenAI-compatible server: latency percentiles from each request's scheduled send time,
+    TTFT/ITL/TPOT for streams, errors by kind, the server's /metrics alongside, and a client self-check
+    that marks points where the load generator itself could not keep up."""
+    from rich.console import Console
+
+    from infertune.bench.config import BenchConfig
+    from infertune.bench.report import print_summary
+    from infertune.bench.runner import bench
+    from infertune.errors import InfertuneError
+
+    if api not in ("embeddings", "completions", "chat"):
+        raise InfertuneError(f"--api must be embeddings, completions or chat, not {api!r}")
+    if arrivals not in ("constant", "poisson"):
+        raise InfertuneError(f"--arrivals must be constant or poisson, not {arrivals!r}")
+    if slo_over not in ("rate", "concurrency"):
+        raise InfertuneError(f"--slo-over must be rate or concurrency, not {slo_over!r}")
+    if workers != "auto" and not workers.isdigit():
+        raise InfertuneError(f"--workers takes a number or 'auto', not {workers!r}")
+    cfg = BenchConfig(
+        url=url, api=api, model=model, workload=workload, synthetic=synthetic, stream=stream,
+        concurrency=_nums(concurrency, int, "--concurrency"), rates=_nums(rate, float, "--rate"), arrivals=arrivals,
+        sweep=sweep, slo=slo, slo_over=slo_over, duration=duration, warmup=warmup, max_requests=max_requests,
+        workers="auto" if workers == "auto" else int(workers), timeout=timeout, max_lag_ms=max_lag_ms,
+        metrics_url=metrics_url, seed=seed, out=out, save_requests=save_requests,
+    )
+    con = Console(stderr=True)
+    result = bench(cfg, log=lambda s: con.print(s, highlight=False, markup=False))
+    print_summary(result)
+    if as_json:
+        typer.echo(json.dumps(result.model_dump(mode="json"), indent=1))
+    total = sum(p.n for p in result.points)
+    if total and sum(p.errors.total for p in result.points) == total:
+        kinds = sorted({k for p in result.points for k in p.errors.by_kind})
+        con.print(f"[bold red]every request failed ({', '.join(kinds)}); see the messages above[/]")
+        raise typer.Exit(1)

@@ -1,0 +1,132 @@
+"""`infertune bench` against small real servers on loopback (tests/fixtures/openai_stub.py)."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import run_cli
+
+from infertune.bench.config import BenchConfig
+from infertune.bench.runner import bench
+
+
+def test_constant_rate_is_kept_and_outputs_written(stub, tmp_path):
+    url = stub("fast")
+    res = bench(BenchConfig(url=url, rates=[200], duration=2, warmup=0.5, out=tmp_path, scrape_interval=0.25))
+    p = res.points[0]
+    assert p.valid, p.invalid_reason
+    assert p.n == 400  # 200/s x 2 s, evenly spaced, warm-up excluded
+    assert p.errors.total == 0
+    assert abs(p.achieved_rps - 200) <= 200 * 0.05
+    assert p.latency_ms.p50 is not None and p.latency_ms.n == 400
+    doc = json.loads((tmp_path / "bench.json").read_text())
+    for key in ("config", "environment", "points"):
+        assert key in doc
+    pt = doc["points"][0]
+    assert pt["offered"]["rate"] == 200
+    for key in ("achieved_rps", "n", "errors", "valid", "latency_ms"):
+        assert key in pt
+    assert set(pt["latency_ms"]) >= {"p50", "p90", "p95", "p99", "p999"}
+    assert (tmp_path / "bench.csv").read_text().count("\n") == 2
+    assert "<svg" in (tmp_path / "bench.html").read_text()
+    # the server's /metrics was scraped during the run, on the same clock as the point
+    tel = res.telemetry[0]
+    assert "stub_requests_total" in tel.series and len(tel.t) >= 4
+    counts = [v for v in tel.series["stub_requests_total"] if v is not None]
+    assert counts[-1] - counts[0] >= 300
+
+
+def test_asked_for_more_than_it_can_send_reports_own_saturation(stub):
+    url = stub("fast")
+    res = bench(BenchConfig(url=url, rates=[200_000], duration=1, warmup=0, workers=1, metrics_url=""))
+    p = res.points[0]
+    assert not p.valid
+    assert "fell behind" in p.invalid_reason
+    assert p.client.sent_rps < 200_000 * 0.5
+    assert any("INVALID" in w for w in res.warnings)
+
+
+def test_stall_shows_in_p99(stub):
+    # server freezes 1 s every 5 s; at 100 req/s about 20% of requests are scheduled inside a freeze
+    url = stub("stall")
+    res = bench(BenchConfig(url=url, rates=[100], duration=6, warmup=0.5, metrics_url=""))
+    p = res.points[0]
+    assert p.valid, p.invalid_reason
+    assert p.latency_ms.p99 >= 900
+    assert p.latency_ms.p50 < 200
+
+
+def test_streaming_ttft_and_itl_match_known_timing(stub):
+    url = stub("fast", ttft_ms=60, itl_ms=25, tokens=12)
+    for api in ("chat", "completions"):
+        res = bench(BenchConfig(url=url, api=api, concurrency=[2], duration=3, warmup=0.5, metrics_url=""))
+        p = res.points[0]
+        assert p.valid and p.errors.total == 0, (p.invalid_reason, p.errors)
+        assert abs(p.ttft_ms.p50 - 60) <= 5, p.ttft_ms
+        assert abs(p.itl_ms.p50 - 25) <= 5, p.itl_ms
+        assert abs(p.tpot_ms.p50 - 25) <= 5, p.tpot_ms
+        assert abs(p.latency_ms.p50 - (60 + 11 * 25)) <= 10
+        assert p.output_tokens_per_s > 0
+
+
+def test_slo_search_finds_queue_capacity(stub):
+    # one request at a time, 10 ms each: capacity 100 req/s; with evenly spaced arrivals there is no
+    # queueing below capacity (latency 10 ms) and a growing queue above it. Above capacity the backlog after
+    # the 2.5 s point is (r - 100) x 2.5 requests of 10 ms each, so p99 <= 60 ms still passes up to
+    # r = 100 + 60 / (10 x 2.5) = 102.4 req/s; below, bisection stops within the 5% tolerance (+ noise).
+    url = stub("queue", service_ms=10)
+    res = bench(BenchConfig(url=url, slo="p99_e2e_ms<=60", duration=2, warmup=0.5, metrics_url="", slo_tolerance=0.05))
+    s = res.slo
+    assert s is not None and s.met
+    assert 85 <= s.max_load <= 102.4, s.steps
+
+
+def test_unreachable_url_is_a_clear_error():
+    r = run_cli("bench", "http://127.0.0.1:9", "--duration", "1")
+    assert r.returncode == 2
+    assert "cannot" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_wrong_api_kind_is_a_clear_error(stub):
+    url = stub("chat-only")
+    r = run_cli("bench", url, "--api", "embeddings", "--duration", "1")
+    assert r.returncode == 2, r.stderr
+    assert "does not serve --api embeddings" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_http_errors_counted_by_kind(stub):
+    url = stub("http500")
+    res = bench(BenchConfig(url=url, rates=[100], duration=1, warmup=0, metrics_url=""))
+    p = res.points[0]
+    assert p.errors.by_kind.get("http_5xx", 0) == p.errors.total
+    assert 0.4 <= p.errors.rate <= 0.6
+    assert "HTTP 500" in p.errors.examples["http_5xx"]
+
+
+def test_non_json_counted_and_explained(stub):
+    url = stub("nonjson")
+    r = run_cli("bench", url, "--rate", "50", "--duration", "1", "--warmup", "0", "--metrics-url", "")
+    assert r.returncode == 1, r.stderr
+    assert "non_json" in r.stderr and "not JSON" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_truncated_stream_counted(stub):
+    url = stub("truncate", ttft_ms=5, itl_ms=2, tokens=10)
+    res = bench(BenchConfig(url=url, api="chat", concurrency=[1], duration=1, warmup=0, metrics_url=""))
+    p = res.points[0]
+    assert p.n > 5 and p.errors.by_kind == {"truncated_stream": p.n}
+
+
+def test_sweep_goes_from_one_at_a_time_to_saturation(stub, tmp_path):
+    url = stub("fast", ttft_ms=20, itl_ms=5, tokens=8)
+    res = bench(BenchConfig(url=url, api="chat", sweep=True, sweep_points=4, sweep_max_concurrency=16, duration=1.5,
+                            warmup=0.3, metrics_url="", out=tmp_path))
+    pts = res.points
+    assert [p.offered.concurrency for p in pts[:2]] == [1, 16]
+    rates = [p.offered.rate for p in pts[2:]]
+    assert rates and rates == sorted(rates)
+    # one stream: a request every 20 + 7 x 5 = 55 ms, about 18 req/s; 16 streams on an async server: ~16x
+    assert 12 <= pts[0].achieved_rps <= 19
+    assert pts[1].achieved_rps > 8 * pts[0].achieved_rps
+    assert res.knee is not None and res.knee.recommended_max_num_seqs and res.knee.derivation
+    assert "Throughput vs" in (tmp_path / "bench.html").read_text()

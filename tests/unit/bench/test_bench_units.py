@@ -1,0 +1,180 @@
+"""Pure-logic parts of `infertune bench`: arrivals, splitting, workloads, SLO parsing and search,
+statistics and the client self-check, Prometheus parsing."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from infertune.bench import profiles
+from infertune.bench.config import BenchConfig
+from infertune.bench.results import Offered, Percentiles, Point
+from infertune.bench.slo import parse_slo, search
+from infertune.bench.stats import build_point
+from infertune.bench.telemetry import parse_prometheus
+from infertune.bench.workload import parse_synthetic, synthetic
+from infertune.errors import InfertuneError
+
+
+def test_constant_arrivals_are_evenly_spaced():
+    t = profiles.arrivals(50, 2.0, "constant", 0)
+    assert len(t) == 100
+    assert np.allclose(np.diff(t), 0.02)
+
+
+def test_poisson_arrivals_are_seeded_and_have_the_right_rate():
+    a = profiles.arrivals(1000, 10.0, "poisson", 7)
+    b = profiles.arrivals(1000, 10.0, "poisson", 7)
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a, profiles.arrivals(1000, 10.0, "poisson", 8))
+    # count ~ Poisson(10000): sd 100, so 5 sd is 500
+    assert abs(len(a) - 10_000) < 500
+    gaps = np.diff(a)
+    # exponential gaps: coefficient of variation 1 (constant arrivals would give 0)
+    assert abs(gaps.std() / gaps.mean() - 1) < 0.05
+
+
+def test_split_deals_one_schedule_round_robin():
+    base = {"warmup": 0.5, "duration": 1.0}
+    specs = profiles.split_point(base, 3, 100, None, "poisson", 1, None)
+    union = sorted(x for s in specs for x in s["offsets"])
+    assert union == sorted(profiles.arrivals(100, 1.5, "poisson", 1).tolist())
+    specs = profiles.split_point(base, 3, None, 7, "constant", 1, 70)
+    assert [s["concurrency"] for s in specs] == [3, 2, 2]
+    assert sum(s["max_requests"] for s in specs) == 70
+
+
+def test_max_requests_caps_only_the_measured_part():
+    t = profiles.cap_measured(profiles.arrivals(10, 3.0, "constant", 0), 1.0, 5)
+    assert (t < 1.0).sum() == 10 and (t >= 1.0).sum() == 5
+
+
+def test_synthetic_lengths_follow_the_spec():
+    spec = parse_synthetic("prompt=lognormal(200,0.6),output=128,n=400")
+    assert spec["prompt"] == ("lognormal", [200.0, 0.6]) and spec["output"] == ("constant", [128.0])
+    req = synthetic("prompt=lognormal(200,0.6),output=128,n=400", "completions", "m", True, seed=3)
+    assert len(req.bodies) == 400
+    med = float(np.median(req.input_tokens))
+    # sample median of 400 in log space has sd 1.2533 x 0.6 / sqrt(400) = 0.038; 3 sd = x/÷ 1.12
+    assert 200 / 1.12 <= med <= 200 * 1.12
+    body = json.loads(req.bodies[0])
+    assert body["max_tokens"] == 128 and body["stream"] is True and body["model"] == "m"
+    assert len({json.loads(b)["prompt"].split()[0] for b in req.bodies}) == 400  # unique first word: no shared prefix cache hits
+
+
+@pytest.mark.parametrize("bad", ["prompt=zipf(2)", "output=3", "prompt=lognormal(200", "foo=1,prompt=3"])
+def test_bad_synthetic_spec_is_a_user_error(bad):
+    with pytest.raises(InfertuneError):
+        synthetic(bad, "completions", None, False, 0)
+
+
+def test_config_normalises_url_and_rejects_nonsense():
+    assert BenchConfig(url="http://h:1/v1/chat/completions/").url == "http://h:1"
+    with pytest.raises(InfertuneError):
+        BenchConfig(url="localhost:8000")
+    with pytest.raises(InfertuneError):
+        BenchConfig(url="http://h", rates=[0])
+
+
+def test_slo_parse_and_check():
+    slo = parse_slo("p99_e2e_ms<=200,p50_ttft_ms<=50", 0.01, streaming=True)
+    assert slo.bounds == {"e2e": 200, "ttft": 50}
+    p = Point(offered=Offered(rate=1), n=100, ok=100, latency_ms=Percentiles(p99=150), ttft_ms=Percentiles(p50=60))
+    ok, notes = slo.check(p)
+    assert not ok and any("ttft" in n for n in notes)
+    with pytest.raises(InfertuneError):
+        parse_slo("p99_ttft_ms<=5", 0.01, streaming=False)
+    with pytest.raises(InfertuneError):
+        parse_slo("p97_e2e_ms<=5", 0.01, streaming=True)
+
+
+def _fake_run(capacity: float, calls: list):
+    def run(load):
+        calls.append(load)
+        lat = 10 if load <= capacity else 1000
+        return Point(offered=Offered(rate=load), n=100, ok=100, latency_ms=Percentiles(p99=lat))
+    return run
+
+
+@pytest.mark.parametrize("capacity", [0.7, 37.3, 900.0])
+def test_search_brackets_bisects_and_repeats(capacity):
+    slo = parse_slo("p99_e2e_ms<=100", 0.01, False)
+    calls: list = []
+    res = search(_fake_run(capacity, calls), slo, over="rate", start=5, tolerance=0.05, repeats=2)
+    assert res.met
+    assert capacity / 1.05 <= res.max_load <= capacity
+    assert calls.count(res.max_load) >= 2  # the answer was measured again
+
+
+def test_search_over_concurrency_is_integer_and_reports_never_met():
+    slo = parse_slo("p99_e2e_ms<=100", 0.01, False)
+    res = search(_fake_run(13, []), slo, over="concurrency", start=1, tolerance=0.05, repeats=2)
+    assert res.met and res.max_load == 13
+    res = search(_fake_run(0.001, []), slo, over="rate", start=5, tolerance=0.05, repeats=2, floor=0.1)
+    assert not res.met and res.max_load is None
+
+
+def _rec(sched, lag=0.0, lat=0.01, kind="", chunks=None, out=0):
+    first = chunks[0] if chunks else math.nan
+    return (sched, sched + lag, first, sched + lat, kind, "boom" if kind else "usage", out, 5, chunks)
+
+
+def test_point_statistics_and_self_check():
+    cfg = BenchConfig(url="http://h", max_lag_ms=10)
+    recs = [_rec(i / 100, lat=0.010 + (i % 10) / 1000) for i in range(100)]
+    recs[5] = _rec(0.05, kind="http_5xx")
+    res = [{"records": recs, "beats": [0.001] * 50, "cpu": 0.1, "wall": 1.0}]
+    p = build_point(res, offered=Offered(rate=100), t0=0.0, warmup=0.0, duration=1.0, streaming=False,
+                    bench_t0=0.0, cfg=cfg, bounds={"e2e": 15}, mode="rate")
+    assert p.valid and p.n == 100 and p.ok == 99 and p.errors.by_kind == {"http_5xx": 1}
+    assert p.latency_ms.n == 99 and 10 <= p.latency_ms.p50 <= 20
+    assert p.goodput_rps == pytest.approx(sum(1 for r in recs if not r[4] and r[3] - r[0] <= 0.015), abs=1e-9)
+    lagged = [{"records": [_rec(i / 100, lag=0.05) for i in range(100)], "beats": [], "cpu": 0.1, "wall": 1.0}]
+    p = build_point(lagged, offered=Offered(rate=100), t0=0.0, warmup=0.0, duration=1.0, streaming=False,
+                    bench_t0=0.0, cfg=cfg, mode="rate")
+    assert not p.valid and "fell behind" in p.invalid_reason
+
+
+def test_streaming_statistics():
+    cfg = BenchConfig(url="http://h")
+    recs = [_rec(i * 0.1, lat=0.05 + 4 * 0.01, chunks=[i * 0.1 + 0.05 + k * 0.01 for k in range(5)], out=5)
+            for i in range(10)]
+    p = build_point([{"records": recs, "beats": [], "cpu": 0.1, "wall": 1.0}], offered=Offered(concurrency=1),
+                    t0=0.0, warmup=0.0, duration=1.0, streaming=True, bench_t0=0.0, cfg=cfg, mode="concurrency")
+    assert p.ttft_ms.p50 == pytest.approx(50, abs=1e-6)
+    assert p.itl_ms.p50 == pytest.approx(10, abs=1e-6) and p.itl_ms.n == 40
+    assert p.tpot_ms.p50 == pytest.approx(10, abs=1e-6)
+
+
+def test_parse_prometheus_drops_buckets():
+    text = ("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 3\n"
+            "# TYPE lat histogram\nlat_bucket{le=\"1\"} 2\nlat_sum 0.5\nlat_count 2\n")
+    vals, types = parse_prometheus(text)
+    assert vals == {'vllm:num_requests_running{model_name="m"}': 3.0, "lat_sum": 0.5, "lat_count": 2.0}
+    assert types['vllm:num_requests_running{model_name="m"}'] == "gauge"
+
+
+def test_import_bench_is_light():
+    import subprocess
+    import sys
+
+    code = "import sys, infertune.bench.runner, infertune.cli.bench; print(sorted(m for m in ('torch','aiohttp','matplotlib') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_knee_and_max_num_seqs_from_concurrency_points():
+    from infertune.bench.runner import find_knee
+
+    pts = [Point(offered=Offered(concurrency=c), ok=10, achieved_rps=1, output_tokens_per_s=t)
+           for c, t in ((1, 30), (2, 58), (4, 110), (8, 118), (16, 120))]
+    k = find_knee(pts, "completions")
+    # 90% of the best (120) is 108: first reached at concurrency 4
+    assert k.over == "concurrency" and k.load == 4 and k.recommended_max_num_seqs == 4
+    pts = [Point(offered=Offered(rate=r), ok=10, achieved_rps=a, mean_inflight=m, output_tokens_per_s=a * 32,
+                 latency_ms=Percentiles(mean=m / a * 1000)) for r, a, m in ((1, 1, 1.2), (2, 2, 2.6), (3, 2.2, 7.9))]
+    k = find_knee(pts, "chat")
+    assert k.over == "rate" and k.load == 2 and k.recommended_max_num_seqs == 3  # ceil(2.6)
