@@ -85,6 +85,11 @@ def validate_cmd(
         recovery_budget_s=recovery_budget, burst_factor=burst_factor, burst_s=burst, stall_s=stall, step_s=step,
         search_duration_s=search_duration, sample_interval_s=sample_interval, timeout_s=timeout, seed=seed,
     )
+    import signal
+    import sys
+
+    # SIGTERM stops validate like Ctrl-C: the finally blocks run and the server it started is stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     con = Console(stderr=True)
     result = validate(cfg, log=lambda s: con.print(s, highlight=False, markup=False))
     print_summary(result)

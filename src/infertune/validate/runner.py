@@ -25,13 +25,27 @@ def _loadavg() -> list[float]:
         return []
 
 
-def find_peak(target: Target, api: str, model: str | None, cfg: ValidateConfig, out: Path | None, log: Log
+def _write_workload(req, path: Path) -> Path:
+    """The (screened) requests as a JSONL workload bench can read."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for b in req.bodies:
+            obj = json.loads(b)
+            f.write(json.dumps({k: v for k, v in obj.items() if k != "model"}) + "\n")
+    return path
+
+
+def find_peak(target: Target, api: str, model: str | None, req, cfg: ValidateConfig, out: Path | None, log: Log
               ) -> dict[str, Any]:
-    """The highest rate meeting the SLO, by bench's search (the same as `infertune bench --slo`)."""
+    """The highest rate meeting the SLO, by bench's search (the same as `infertune bench --slo`), on the
+    same requests the drills send."""
     from infertune.bench.config import BenchConfig
     from infertune.bench.runner import bench
 
-    bcfg = BenchConfig(url=target.url, api=api, model=model, workload=cfg.workload, slo=cfg.slo,
+    work = _write_workload(req, (out or Path(".infertune-validate")) / "workload-screened.jsonl")
+    bcfg = BenchConfig(url=target.url, api=api, model=model, workload=work, slo=cfg.slo,
                        duration=cfg.search_duration_s, warmup=min(2.0, cfg.search_duration_s / 2), slo_repeats=2,
                        timeout=cfg.timeout_s, seed=cfg.seed, out=out / "peak" if out else None, metrics_url="")
     log(f"peak: searching the highest rate meeting {cfg.slo} ({cfg.search_duration_s:g} s per point)")
@@ -112,7 +126,7 @@ def validate(cfg: ValidateConfig, log: Log | None = None) -> ValidateResult:
         if cfg.peak:
             result.peak = {"rps": cfg.peak, "source": "flag", "slo": cfg.slo}
         else:
-            result.peak = find_peak(target, api, model, cfg, out, log)
+            result.peak = find_peak(target, api, model, req, cfg, out, log)
         peak = float(result.peak["rps"])
         log(f"peak: {peak:.4g} req/s ({result.peak['source']})")
         plan: list[tuple[str, Callable[[], Drill]]] = []
