@@ -27,6 +27,16 @@ class Sampler:
         self.t: list[float] = []
         self.rss: list[float | None] = []
         self.metrics: dict[str, list[float | None]] = {k: [] for k in WATCH}
+        self.gpu_mb: list[float | None] = []  # device memory used on all local GPUs (NVML), when there are any
+        self._nvml: list = []
+        try:
+            import pynvml  # type: ignore
+
+            pynvml.nvmlInit()
+            self._nv = pynvml
+            self._nvml = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        except Exception:  # noqa: BLE001 - no NVIDIA driver or no pynvml: RSS only
+            self._nvml = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="validate-sampler", daemon=True)
 
@@ -45,6 +55,11 @@ class Sampler:
             self.rss.append(round(rss, 2) if rss is not None else None)
             for k in WATCH:
                 self.metrics[k].append(m.get(k))
+            if self._nvml:
+                try:
+                    self.gpu_mb.append(sum(self._nv.nvmlDeviceGetMemoryInfo(h).used for h in self._nvml) / 2**20)
+                except Exception:  # noqa: BLE001
+                    self.gpu_mb.append(None)
             nxt += self.interval
             self._stop.wait(max(0.0, nxt - time.monotonic()))
 
@@ -80,6 +95,10 @@ def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConf
     keep = [i for i, t in enumerate(sampler.t) if t >= warmup]  # judge memory over the measured window only
     fit = analysis.rss_slope([sampler.t[i] for i in keep], [sampler.rss[i] for i in keep])
     leak, leak_why = analysis.leak_verdict(fit, cfg.max_rss_slope_mb_h, cfg.min_rss_growth_mb)
+    gpu_fit, gpu_leak, gpu_why = None, False, ""
+    if any(x is not None for x in sampler.gpu_mb):  # device memory of the whole GPU(s): other tenants count too
+        gpu_fit = analysis.rss_slope([sampler.t[i] for i in keep], [sampler.gpu_mb[i] for i in keep])
+        gpu_leak, gpu_why = analysis.leak_verdict(gpu_fit, cfg.max_rss_slope_mb_h, cfg.min_rss_growth_mb)
     err_rate = whole.errors.rate
     restarts = sampler.delta("infertune_worker_restarts_total")
     fails = []
@@ -89,6 +108,8 @@ def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConf
         fails.append(f"error rate {err_rate:.3%} > {cfg.max_error_rate:.3%} ({whole.errors.by_kind})")
     if leak:
         fails.append(leak_why)
+    if gpu_leak:
+        fails.append(f"GPU {gpu_why}")
     if drift["ratio"] is not None and drift["ratio"] > cfg.max_p99_drift:
         fails.append(f"P99 drifted {drift['ratio']:.2f}x (first third {drift['first_third_p99_ms']} ms -> last "
                      f"third {drift['last_third_p99_ms']} ms) > {cfg.max_p99_drift:g}x")
@@ -106,13 +127,14 @@ def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConf
         "min_rss_growth_mb": cfg.min_rss_growth_mb,
         "rss_samples": len([x for x in sampler.rss if x is not None]),
         "rss_source": "psutil (server + children)" if target.owned else "/metrics process_resident_memory_bytes",
+        "gpu_memory": gpu_fit, "gpu_verdict": gpu_why or None,
         "worker_restarts": restarts, "client_valid": whole.valid, "client_note": whole.invalid_reason or whole.warning,
         "client_lag_p99_ms": whole.client.lag_ms.p99,
     }
     series = {"window_t_s": [round(warmup + (i + 0.5) * win, 2) for i in range(n_win)],
               "window_p50_ms": [p.latency_ms.p50 for p in pts], "window_p99_ms": [p.latency_ms.p99 for p in pts],
               "window_errors": [p.errors.total for p in pts], "window_rps": [p.achieved_rps for p in pts],
-              "t_s": sampler.t, "rss_mb": sampler.rss,
+              "t_s": sampler.t, "rss_mb": sampler.rss, "gpu_mb": sampler.gpu_mb,
               "queue_depth": sampler.metrics["infertune_queue_depth"]}
     reason = "; ".join(fails) if fails else (
         f"{whole.n} requests at {rate:.3g} req/s for {duration:g} s, {whole.errors.total} errors, P99 {lat.p99} ms, "
