@@ -1,6 +1,6 @@
 """The arithmetic behind the verdicts, free of I/O so it can be tested on made-up series.
 
-- memory slope: least squares of RSS on time over the settled part of the soak, with a 95% confidence
+- memory slope: least squares of RSS on time over the second half of the soak, with a 95% confidence
   interval; a climb is flagged when the slope is above the threshold AND its interval excludes zero AND
   the fitted rise over the window is more than a few MB (allocator granularity);
 - P99 drift: median P99 of the last third of the windows over the median of the first third;
@@ -23,9 +23,16 @@ def t95(dof: int) -> float:
     return _T95[dof - 1] if 1 <= dof <= len(_T95) else 1.96
 
 
-def rss_slope(t_s: list[float], rss_mb: list[float], settle_fraction: float = 0.25) -> dict[str, Any]:
+def _ols(x: np.ndarray, y: np.ndarray) -> float | None:
+    sxx = float(((x - x.mean()) ** 2).sum())
+    return float(((x - x.mean()) * (y - y.mean())).sum() / sxx) if sxx > 0 else None
+
+
+def rss_slope(t_s: list[float], rss_mb: list[float], settle_fraction: float = 0.5) -> dict[str, Any]:
     """Least-squares slope of RSS (MB) over time, in MB/hour, on samples after the first `settle_fraction`
-    of the run (allocator arenas, caches and connection pools fill early, then flatten)."""
+    of the run (allocator arenas, per-shape kernel caches and connection pools fill early, then flatten).
+    Also the slopes of the first and second half of the whole run: a steady leak keeps its slope, a
+    warm-up decelerates."""
     pts = [(t, y) for t, y in zip(t_s, rss_mb, strict=True) if y is not None and math.isfinite(y)]
     if len(pts) < 4:
         return {"slope_mb_per_h": None, "n": len(pts), "note": "fewer than 4 RSS samples"}
@@ -46,7 +53,12 @@ def rss_slope(t_s: list[float], rss_mb: list[float], settle_fraction: float = 0.
     se = math.sqrt(float((resid**2).sum()) / max(1, n - 2) / sxx)
     half = t95(n - 2) * se
     ups = int((np.diff(y) > 0).sum())
-    return {"slope_mb_per_h": round(b, 2), "ci95_mb_per_h": [round(b - half, 2), round(b + half, 2)], "n": n,
+    ax = np.array([p[0] for p in pts]) / 3600.0
+    ay = np.array([p[1] for p in pts])
+    mid = len(ax) // 2
+    halves = [_ols(ax[:mid], ay[:mid]), _ols(ax[mid:], ay[mid:])] if mid >= 3 else [None, None]
+    return {"slope_mb_per_h": round(b, 2),
+            "halves_slope_mb_per_h": [round(h, 1) if h is not None else None for h in halves], "ci95_mb_per_h": [round(b - half, 2), round(b + half, 2)], "n": n,
             "fit_from_s": round(fit[0][0], 1), "fit_to_s": round(fit[-1][0], 1),
             "rss_start_mb": round(float(pts[0][1]), 1), "rss_fit_start_mb": round(float(y[0]), 1),
             "rss_end_mb": round(float(y[-1]), 1), "rss_max_mb": round(float(max(p[1] for p in pts)), 1),
@@ -64,6 +76,9 @@ def leak_verdict(fit: dict[str, Any], threshold_mb_h: float, min_growth_mb: floa
     grew = b * (fit["fit_to_s"] - fit["fit_from_s"]) / 3600
     fit["fitted_growth_mb"] = round(grew, 2)
     what = f"RSS slope {b:.1f} MB/h (95% CI {lo:.1f}..{hi:.1f}), {grew:.1f} MB over the fit window"
+    h1, h2 = fit.get("halves_slope_mb_per_h") or [None, None]
+    if h1 is not None and h2 is not None:
+        what += f" (whole run: {h1:.0f} MB/h in its first half, {h2:.0f} MB/h in its second)"
     if b > threshold_mb_h and lo > 0 and grew > min_growth_mb:
         return True, f"memory climbs: {what} > {threshold_mb_h:g} MB/h and > {min_growth_mb:g} MB"
     return False, f"{what}: within {threshold_mb_h:g} MB/h or under {min_growth_mb:g} MB"

@@ -135,7 +135,14 @@ def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConf
               "window_p50_ms": [p.latency_ms.p50 for p in pts], "window_p99_ms": [p.latency_ms.p99 for p in pts],
               "window_errors": [p.errors.total for p in pts], "window_rps": [p.achieved_rps for p in pts],
               "t_s": sampler.t, "rss_mb": sampler.rss, "gpu_mb": sampler.gpu_mb,
-              "queue_depth": sampler.metrics["infertune_queue_depth"]}
+              "queue_depth": sampler.metrics["infertune_queue_depth"],
+              "server_rss_mb": [round(x / 2**20, 1) if x is not None else None
+                                for x in sampler.metrics["process_resident_memory_bytes"]],
+              "worker_rss_mb": [round(x / 2**20, 1) if x is not None else None
+                                for x in sampler.metrics["infertune_worker_resident_memory_bytes"]]}
+    for who in ("server", "worker"):  # which process grew
+        v = [x for x, t in zip(series[f"{who}_rss_mb"], sampler.t, strict=True) if x is not None and t >= warmup]
+        evidence[f"{who}_rss_mb_start_end"] = [v[0], v[-1]] if v else None
     reason = "; ".join(fails) if fails else (
         f"{whole.n} requests at {rate:.3g} req/s for {duration:g} s, {whole.errors.total} errors, P99 {lat.p99} ms, "
         f"P99 drift {drift['ratio']}x, {leak_why}")

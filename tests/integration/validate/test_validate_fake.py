@@ -22,7 +22,11 @@ def test_every_drill_passes_on_a_healthy_server(fake_artifact, tmp_path):
     art = fake_artifact()
     out = tmp_path / "v"
     # 32-request queue: at 40 req/s a 3 s stall must overflow it, and 10x the peak must too
-    r = run_cli("validate", str(art), "--peak", "40", "--max-queue", "32", "--out", str(out), *SHORT)
+    # P99 over 1 s windows of ~32 requests is each window's max: on a busy shared box it can double between
+    # windows without any drift in the server, so the drift rule is loosened here (it is tested in
+    # tests/unit/validate); the errors, memory, recovery and back-pressure rules are the defaults
+    r = run_cli("validate", str(art), "--peak", "40", "--max-queue", "32", "--max-p99-drift", "5", "--out", str(out),
+                *SHORT)
     print(r.stderr[-3000:], file=sys.stderr)
     assert r.returncode == 0, r.stderr[-3000:]
     d = _drills(out)
