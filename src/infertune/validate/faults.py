@@ -100,7 +100,8 @@ def kill_worker(target: Target, api: str, req: Requests, peak: float, cfg: Valid
     clear = [r for r in failed if (r[4] == "http_5xx" and "worker" in str(r[5])) or is_429(r)]
     post_from = (t_ready or t_kill) + 0.5
     post = [r for r in recs if r[0] >= post_from]
-    post_err = sum(1 for r in post if r[4])
+    post_err = sum(1 for r in post if r[4] and not is_429(r))  # 429 is load shedding, judged by stall/burst
+    post_429 = sum(1 for r in post if is_429(r))
     delta = (restarts1 - restarts0) if restarts0 is not None and restarts1 is not None else None
     fails = []
     if not target.alive():
@@ -125,7 +126,7 @@ def kill_worker(target: Target, api: str, req: Requests, peak: float, cfg: Valid
         "requests": s["requests"], "failed_requests": len(failed), "failed_clean": len(clear),
         "failed_http_429": s["http_429"],
         "errors_by_kind": s["errors_by_kind"], "error_examples": s["error_examples"], "hung_requests": s["hung"],
-        "max_latency_ms": s["max_latency_ms"], "client_timeout_s": cfg.timeout_s, "errors_after_recovery": post_err,
+        "max_latency_ms": s["max_latency_ms"], "client_timeout_s": cfg.timeout_s, "errors_after_recovery": post_err, "http_429_after_recovery": post_429,
         "requests_after_recovery": len(post), "worker_restarts_delta": delta, "server_alive": target.alive(),
     }
     return Drill(name="kill-worker", passed=not fails, evidence=evidence, series=_series(recs, t_kill, "kill"),

@@ -74,7 +74,7 @@ def _requests(cfg: ValidateConfig, api: str, model: str | None):
 def screen(target: Target, api: str, req, log: Log):
     """Drop the workload's requests the server refuses by design (input over its limit: 4xx), so the drills
     judge the server on traffic it accepts; the long-tail drill sends over-limit input on purpose. Only the
-    requests estimated above half the limit are asked, once each."""
+    requests longer than the limit in bytes are asked, once each."""
     import httpx
 
     from infertune.bench.workload import Requests
@@ -82,7 +82,9 @@ def screen(target: Target, api: str, req, log: Log):
     max_tok = target.limits.get("max_input_tokens")
     if api != "embeddings" or not max_tok or target.limits.get("truncate"):
         return req, {"screened": 0, "dropped": 0}
-    ask = [i for i, n in enumerate(req.input_tokens) if n > 0.5 * max_tok]
+    # every token but the special ones covers at least one character: a body no longer than the limit in
+    # bytes cannot be over it in tokens; only the others are asked
+    ask = [i for i, b in enumerate(req.bodies) if len(b) > max_tok - 2]
     from concurrent.futures import ThreadPoolExecutor
 
     def status(i: int) -> int:
@@ -102,7 +104,7 @@ def screen(target: Target, api: str, req, log: Log):
     out = Requests([req.bodies[i] for i in keep], [req.input_tokens[i] for i in keep],
                    [req.max_tokens[i] for i in keep], req.source)
     return out, {"screened": len(ask), "dropped": len(drop), "kept": len(keep),
-                 "rule": f"requests estimated over {0.5 * max_tok:g} tokens were sent once; 4xx answers dropped"}
+                 "rule": f"requests over {max_tok - 2} bytes were sent once; those answered 4xx dropped"}
 
 
 def validate(cfg: ValidateConfig, log: Log | None = None) -> ValidateResult:
