@@ -235,9 +235,13 @@ class SupervisedModel(Embedder):
                                  "it was killed and is being restarted; retry in a few seconds")
             kind, out = conn.recv()
         except (EOFError, OSError, BrokenPipeError):
-            proc.join(1)
-            raise WorkerDown(f"the model worker {_describe_exit(proc.exitcode)} while running the batch holding "
-                             "this request; it is being restarted; retry in a few seconds") from None
+            # the watcher thread may be reaping the child at this moment: wait for its exit code to show
+            deadline = time.monotonic() + 2.0
+            while proc.exitcode is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            why = _describe_exit(proc.exitcode) if proc.exitcode is not None else "died"
+            raise WorkerDown(f"the model worker {why} while running the batch holding this request; it is being "
+                             "restarted; retry in a few seconds") from None
         if kind != "ok":
             raise RuntimeError(out)
         return out
