@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from infertune.errors import InfertuneError
 
 __version__ = "0.1.0"
-__all__ = ["InfertuneError", "__version__", "tune", "serve", "bench", "doctor", "inspect_model", "plan"]
+__all__ = ["InfertuneError", "__version__", "tune", "serve", "bench", "doctor", "inspect_model", "plan", "validate"]
 
 _LAZY = {
     "tune": "infertune.tune:tune",
@@ -21,6 +21,7 @@ _LAZY = {
     "doctor": "infertune.doctor.checks:doctor",
     "inspect_model": "infertune.inspect:inspect_model",
     "plan": "infertune.plan.planner:plan",
+    "validate": "infertune.validate.runner:validate",
 }
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -1,5 +1,7 @@
 """A fake backend for unit tests of batching, measurement and decision logic: deterministic vectors,
-a configurable per-token cost, optional failure or noise. Never used for real results."""
+a configurable per-token cost, optional failure or noise, and an optional memory leak (`leak_mb_per_batch`:
+each forward pass keeps that much written memory forever, for the soak drill's slope check). Never used
+for real results."""
 
 from __future__ import annotations
 
@@ -34,11 +36,15 @@ class FakeEmbedder(Embedder):
         self.noise = float(opts.get("noise", "0"))
         self.fail = opts.get("fail")
         self.rng = np.random.default_rng(0)
+        self.leak_bytes = int(float(opts.get("leak_mb_per_batch", "0")) * 2**20)
+        self._leaked: list[np.ndarray] = []
 
     def forward(self, batch: dict[str, np.ndarray]) -> np.ndarray:
         if self.fail == "forward":
             raise RuntimeError("fake backend asked to fail in forward")
         ids = batch["input_ids"]
+        if self.leak_bytes:
+            self._leaked.append(np.ones(self.leak_bytes, dtype=np.uint8))  # written, so it is resident
         time.sleep(ids.size * self.us_per_token / 1e6)
         dim = self.spec.dim
         out = np.zeros((ids.shape[0], dim), dtype=np.float32)
@@ -50,7 +56,8 @@ class FakeEmbedder(Embedder):
         return out
 
     def describe(self) -> dict[str, Any]:
-        return {"engine": "fake", "us_per_token": self.us_per_token}
+        return {"engine": "fake", "us_per_token": self.us_per_token,
+                "leak_mb_per_batch": self.leak_bytes / 2**20}
 
 
 class FakeBackend(Backend):

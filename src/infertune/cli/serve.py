@@ -50,6 +50,8 @@ def serve_cmd(
     truncate: Annotated[bool, typer.Option("--truncate/--reject-long", help="truncate over-length input to the model's limit instead of answering 400")] = False,
     graceful_timeout_s: Annotated[float, typer.Option(help="on SIGTERM, how long to wait for in-flight requests")] = 60.0,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "warning",
+    worker_process: Annotated[bool, typer.Option("--worker-process/--in-process", help="run the model in a supervised child process that is restarted when it dies (in-flight requests get 503, /metrics counts infertune_worker_restarts_total)")] = False,
+    worker_timeout_s: Annotated[float, typer.Option(help="with --worker-process: a forward pass not answered within this is a stall; the worker is killed and restarted")] = 60.0,
     as_json: Annotated[bool, typer.Option("--json", help="print the ServeResult as JSON to stdout on exit")] = False,
 ) -> None:
     from infertune.errors import InfertuneError
@@ -64,7 +66,7 @@ def serve_cmd(
         tokenize_workers=tokenize_workers, threads=threads, max_queue=max_queue,
         max_items_per_request=max_items_per_request, max_body_bytes=int(max_body_mb * 1024 * 1024),
         request_timeout_s=request_timeout_s, truncate=truncate, graceful_timeout_s=graceful_timeout_s,
-        log_level=log_level,
+        log_level=log_level, worker_process=worker_process, worker_timeout_s=worker_timeout_s,
     )
     result = serve(cfg)
     typer.echo(f"stopped after {result.uptime_s} s: {result.items} items in {result.batches} batches; "

@@ -138,8 +138,15 @@ def create_app(st: State):
         if st.engine is None:
             raise ApiError(503, "model is loading and warming up; poll GET /ready", type="server_error",
                            headers={"Retry-After": "1"})
+        worker = _worker(st)
+        if worker.get("up") is False:
+            raise ApiError(503, f"the model worker is restarting (restart {worker['restarts']}); poll GET /ready",
+                           type="server_error", headers={"Retry-After": "1"})
         return {"status": "ready", "model": st.served[0], "load_s": st.load_s,
-                "settings": st.settings.model_dump(), "backend": _describe(st.embedder)}
+                "settings": st.settings.model_dump(), "backend": _describe(st.embedder), "worker": worker,
+                "limits": {"max_queue": cfg.max_queue, "max_items_per_request": cfg.max_items_per_request,
+                           "max_body_bytes": cfg.max_body_bytes, "request_timeout_s": cfg.request_timeout_s,
+                           "max_input_tokens": st.embedder.spec.max_length, "truncate": cfg.truncate}}
 
     @app.get("/metrics")
     async def metrics():
@@ -199,6 +206,14 @@ async def _read_body(request: Any, limit: int) -> bytes:
     return bytes(buf)
 
 
+def _worker(st: State) -> dict[str, Any]:
+    emb = st.embedder
+    if not hasattr(emb, "worker_pid"):
+        return {"mode": "thread", "pid": os.getpid(), "restarts": 0}
+    return {"mode": "process", "pid": emb.worker_pid, "up": emb.up, "restarts": emb.restarts,
+            "last_exit": emb.last_exit or None, "last_restart_s": emb.last_restart_s}
+
+
 def _describe(emb: Any) -> dict[str, Any]:
     try:
         d = emb.describe()
@@ -220,13 +235,21 @@ def _load(st: State) -> None:
 
     t0 = time.perf_counter()
     try:
-        if st.settings.threads:
-            import torch
+        if st.cfg.worker_process:
+            from infertune.serve.supervisor import SupervisedModel
 
-            torch.set_num_threads(st.settings.threads)
-        from infertune.artifact import load_model
+            emb = SupervisedModel(st.cfg.model, st.settings.device, st.settings.threads, st.metrics,
+                                  _warmup_texts(), forward_timeout_s=st.cfg.worker_timeout_s).start()
+            st.embedder = emb  # so shutdown closes the worker even if what follows fails
+            st.metrics.watch_worker(lambda: emb.worker_pid)
+        else:
+            if st.settings.threads:
+                import torch
 
-        emb = load_model(st.cfg.model, st.settings.device)
+                torch.set_num_threads(st.settings.threads)
+            from infertune.artifact import load_model
+
+            emb = load_model(st.cfg.model, st.settings.device)
         tok = emb.tokenizer
         st.vocab_size = len(tok) if hasattr(tok, "__len__") else int(getattr(tok, "vocab_size", 2**31 - 1))
         marker = os.environ.get(FAULT_ENV)
@@ -329,7 +352,9 @@ def serve(config: ServeConfig) -> ServeResult:
     print(f"listening on {url} (model {name!r}, loading...)\nbatching: {settings.batch_tokens} padded tokens "
           f"({src['batch_tokens']}), <= {settings.max_batch_items} items ({src['max_batch_items']}), max wait "
           f"{settings.max_wait_ms} ms ({src['max_wait_ms']}); {settings.tokenize_workers} tokenizer thread(s); "
-          f"queue {config.max_queue} requests", file=sys.stderr, flush=True)
+          f"queue {config.max_queue} requests; model in "
+          f"{'a supervised worker process' if config.worker_process else 'the server process'}",
+          file=sys.stderr, flush=True)
     server = uvicorn.Server(uvicorn.Config(
         create_app(st), log_level=config.log_level, access_log=False, lifespan="on",
         timeout_graceful_shutdown=config.graceful_timeout_s, timeout_keep_alive=30))
@@ -349,6 +374,8 @@ def serve(config: ServeConfig) -> ServeResult:
         sock.close()
         if st.engine is not None:
             st.engine.stop()
+        if hasattr(st.embedder, "close"):
+            st.embedder.close()
     if st.load_error is not None:
         if isinstance(st.load_error, InfertuneError):
             raise st.load_error

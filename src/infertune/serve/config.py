@@ -33,6 +33,9 @@ class ServeConfig(BaseModel):
     truncate: bool = False  # False: reject over-length input with 400 (as OpenAI does)
     graceful_timeout_s: float = Field(60.0, gt=0)
     log_level: str = "warning"
+    worker_process: bool = False  # run the model in a supervised child process, restarted when it dies
+    worker_timeout_s: float = Field(60.0, gt=0, description="a forward pass the worker does not answer within "
+                                    "this is treated as a stall: the worker is killed and restarted")
 
 
 class Settings(BaseModel):

@@ -8,7 +8,8 @@ bounded queues so tokenization of the next requests overlaps the current forward
 - batcher (1 thread): once an item is ready it waits at most `max_wait_ms` for company, or less when
   a full budget is already there; the window is length-sorted and packed under the padded-token budget
   by `batching.plan_batches`, then collated;
-- forward (1 thread, owns the model): a batch that raises fails only its own requests (500);
+- forward (1 thread, owns the model, or drives the supervised worker process of supervisor.py): a batch
+  that raises fails only its own requests (500; 503 when the worker died or is restarting);
 - post-process (1 thread): normalises, scatters rows back to requests, renders finished responses.
 
 The engine does not import FastAPI: it can be driven in-process (scripts/gpu/serve_h200.py does).
@@ -251,10 +252,15 @@ class Engine:
                 pooled = self.emb.forward(batch)
                 self.emb.synchronize()
             except Exception as e:  # noqa: BLE001 - fail this batch's requests only
-                log.exception("forward pass failed")
                 self.m.batch_failures.inc()
-                err = ApiError(500, f"the batch holding this request failed: {type(e).__name__}: {e}",
-                               type="server_error")
+                if getattr(e, "status", None) == 503:  # supervisor.WorkerDown: the worker died or is restarting
+                    log.warning("forward pass failed: %s", e)
+                    err = ApiError(503, str(e), type="server_error", code="worker_unavailable",
+                                   headers={"Retry-After": "1"})
+                else:
+                    log.exception("forward pass failed")
+                    err = ApiError(500, f"the batch holding this request failed: {type(e).__name__}: {e}",
+                                   type="server_error")
                 for j in {id(it.job): it.job for it in items}.values():
                     self._finish(j, error=err)
                 continue

@@ -40,6 +40,33 @@ class Metrics:
         self.tokens = Counter("infertune_tokens", "Real (unpadded) tokens embedded", registry=r)
         self.batch_failures = Counter("infertune_batch_failures", "Forward passes that raised", registry=r)
         self.ready = Gauge("infertune_ready", "1 when the model is loaded and warmed up", registry=r)
+        # the supervised model worker (--worker-process); restarts stay 0 without it
+        self.worker_restarts = Counter("infertune_worker_restarts", "Times the model worker process died and was "
+                                       "restarted", registry=r)
+        self.worker_up = Gauge("infertune_worker_up", "1 while a model worker process is loaded and answering",
+                               registry=r)
+        self.worker_restart_seconds = Gauge("infertune_worker_restart_seconds", "How long the last worker "
+                                            "restart took (spawn, load, warm-up)", registry=r)
+        self.worker_rss = Gauge("infertune_worker_resident_memory_bytes", "Resident memory of the model worker "
+                                "process (0 when the model runs in the server process)", registry=r)
+        try:  # process_resident_memory_bytes & co. of the server process (Linux)
+            from prometheus_client import ProcessCollector
+
+            ProcessCollector(registry=r)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def watch_worker(self, pid: Callable[[], int | None]) -> None:
+        def rss() -> float:
+            import psutil
+
+            p = pid()
+            try:
+                return float(psutil.Process(p).memory_info().rss) if p else 0.0
+            except psutil.Error:
+                return 0.0
+
+        self.worker_rss.set_function(rss)
 
     def watch_queue(self, stage: str, size: Callable[[], float]) -> None:
         self.stage_queue.labels(stage).set_function(size)

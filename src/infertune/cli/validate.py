@@ -1,0 +1,99 @@
+"""`infertune validate`: thin shell over infertune.validate.runner.validate()."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+HELP = """Production-readiness drills against an embedding (or LLM) server, with a pass/fail verdict and the evidence.
+
+TARGET is a `tune` artifact / model (validate starts `infertune serve TARGET --worker-process` itself and stops it after) or the URL of a running server (drills that need its processes are skipped, and say why).
+
+\b
+Drills:
+  soak         --soak-fraction (0.8) x peak for --soak; errors, P99 drift per window, RSS slope (MB/h)
+  long-tail    workload p50/p90/p99 lengths + over-limit input, mixed, at 0.25-1 x peak; P99 knee per bucket
+  kill-worker  SIGKILL the model worker under load: recovery time, failed requests, no hangs
+  stall        SIGSTOP the worker: the queue fills, new requests get 429 at once, healthy after
+  burst        --burst-factor (10) x peak for --burst: 429s instead of unbounded latency, healthy after
+  oom-guard    oversized requests get 4xx, the largest legal batch is answered
+
+\b
+Examples:
+  infertune validate runs/quick/artifact --soak 10m --out runs/validate
+  infertune validate http://127.0.0.1:8000 --peak 50 --soak 2m --faults burst,oom-guard
+
+Exit code 1 when a drill fails, 2 for a usage error."""
+
+
+def register(app: typer.Typer) -> None:
+    app.command("validate", help=HELP)(validate_cmd)
+
+
+def _faults(text: str) -> list[str]:
+    from infertune.errors import InfertuneError
+    from infertune.validate.config import FAULTS
+
+    if text.strip().lower() in ("", "none"):
+        return []
+    got = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in got if x not in FAULTS]
+    if bad:
+        raise InfertuneError(f"unknown fault {bad[0]!r}; choose from {', '.join(FAULTS)} (comma-separated) or none")
+    return got
+
+
+def validate_cmd(
+    target: Annotated[str, typer.Argument(help="artifact / model to serve, or http(s) URL of a running server")],
+    peak: Annotated[float | None, typer.Option(help="peak req/s (default: found by bench's SLO search)")] = None,
+    slo: Annotated[str, typer.Option(help="SLO for the peak search and latency bounds")] = "p99_e2e_ms<=200",
+    soak: Annotated[str, typer.Option(help="soak duration: 30s, 10m, 1h (0 = no soak)")] = "60m",
+    soak_fraction: Annotated[float, typer.Option(help="soak rate as a fraction of the peak")] = 0.8,
+    faults: Annotated[str, typer.Option(help="kill-worker,stall,burst,oom-guard (or none)")] = "kill-worker,stall,burst,oom-guard",
+    long_tail: Annotated[bool, typer.Option("--long-tail/--no-long-tail", help="run the long-tail drill")] = True,
+    workload: Annotated[Path | None, typer.Option(help="JSONL requests (default: the built-in sample)")] = None,
+    out: Annotated[Path, typer.Option(help="write validate.json, validate.html (and the server log) here")] = Path("runs/validate"),
+    max_queue: Annotated[int | None, typer.Option(help="--max-queue of the server validate starts")] = None,
+    serve_arg: Annotated[list[str] | None, typer.Option(help="extra flag for `infertune serve` (repeat)")] = None,
+    max_error_rate: Annotated[float, typer.Option(help="soak: allowed errors / requests")] = 0.0,
+    max_rss_slope: Annotated[float, typer.Option(help="soak: allowed RSS climb, MB/hour")] = 100.0,
+    max_p99_drift: Annotated[float, typer.Option(help="soak: allowed last/first-third P99 ratio")] = 1.5,
+    recovery_budget: Annotated[float, typer.Option(help="kill-worker: seconds to answer again")] = 30.0,
+    burst_factor: Annotated[float, typer.Option(help="burst rate as a multiple of the peak")] = 10.0,
+    burst: Annotated[str, typer.Option(help="burst duration")] = "5s",
+    stall: Annotated[str | None, typer.Option(help="stall duration (default 8s)")] = None,
+    step: Annotated[str, typer.Option(help="measured time per long-tail point")] = "5s",
+    search_duration: Annotated[str, typer.Option(help="measured time per SLO-search point")] = "5s",
+    sample_interval: Annotated[float, typer.Option(help="RSS / metrics sampling period (s)")] = 1.0,
+    timeout: Annotated[float, typer.Option(help="client timeout per request (s): longer counts as a hang")] = 30.0,
+    seed: Annotated[int, typer.Option(help="seed for schedules")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="print validate.json to stdout; humans read stderr")] = False,
+) -> None:
+    from rich.console import Console
+
+    from infertune.validate.config import ValidateConfig
+    from infertune.validate.report import print_summary
+    from infertune.validate.runner import validate
+
+    cfg = ValidateConfig(
+        target=target, peak=peak, slo=slo, soak_s=soak, soak_fraction=soak_fraction, long_tail=long_tail,
+        faults=_faults(faults), workload=workload, out=out, max_queue=max_queue, serve_args=serve_arg or [],
+        max_error_rate=max_error_rate, max_rss_slope_mb_h=max_rss_slope, max_p99_drift=max_p99_drift,
+        recovery_budget_s=recovery_budget, burst_factor=burst_factor, burst_s=burst, stall_s=stall, step_s=step,
+        search_duration_s=search_duration, sample_interval_s=sample_interval, timeout_s=timeout, seed=seed,
+    )
+    import signal
+    import sys
+
+    # SIGTERM stops validate like Ctrl-C: the finally blocks run and the server it started is stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    con = Console(stderr=True)
+    result = validate(cfg, log=lambda s: con.print(s, highlight=False, markup=False))
+    print_summary(result)
+    if as_json:
+        typer.echo(json.dumps(result.model_dump(mode="json"), indent=1))
+    if not result.passed:
+        raise typer.Exit(1)

@@ -1,0 +1,179 @@
+"""`infertune.validate(ValidateConfig) -> ValidateResult`: start (or reach) the server, find the peak with
+bench's SLO search unless given, run the drills (soak, long tail, then the faults: oversized requests,
+burst, stall, and the worker kill last), write validate.json / validate.html, stop what was started."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from infertune.errors import InfertuneError
+from infertune.validate.config import Drill, ValidateConfig, ValidateResult
+from infertune.validate.target import Target
+
+Log = Callable[[str], None]
+
+
+def _loadavg() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
+def _write_workload(req, path: Path) -> Path:
+    """The (screened) requests as a JSONL workload bench can read."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for b in req.bodies:
+            obj = json.loads(b)
+            f.write(json.dumps({k: v for k, v in obj.items() if k != "model"}) + "\n")
+    return path
+
+
+def find_peak(target: Target, api: str, model: str | None, req, cfg: ValidateConfig, out: Path | None, log: Log
+              ) -> dict[str, Any]:
+    """The highest rate meeting the SLO, by bench's search (the same as `infertune bench --slo`), on the
+    same requests the drills send."""
+    from infertune.bench.config import BenchConfig
+    from infertune.bench.runner import bench
+
+    work = _write_workload(req, (out or Path(".infertune-validate")) / "workload-screened.jsonl")
+    bcfg = BenchConfig(url=target.url, api=api, model=model, workload=work, slo=cfg.slo,
+                       duration=cfg.search_duration_s, warmup=min(2.0, cfg.search_duration_s / 2), slo_repeats=2,
+                       timeout=cfg.timeout_s, seed=cfg.seed, out=out / "peak" if out else None, metrics_url="")
+    log(f"peak: searching the highest rate meeting {cfg.slo} ({cfg.search_duration_s:g} s per point)")
+    res = bench(bcfg, log=lambda s: log(f"  {s}"))
+    steps = res.slo.steps if res.slo else []
+    info = {"source": "slo-search", "slo": cfg.slo, "steps": steps, "confirmed": bool(res.slo and res.slo.met),
+            "bracket": res.slo.bracket if res.slo else None,
+            "bench_json": str(out / "peak" / "bench.json") if out else None}
+    if res.slo and res.slo.met and res.slo.max_load:
+        return {"rps": res.slo.max_load, **info}
+    # not confirmed (a repeat failed: a noisy, shared box): the highest rate that passed once, said so
+    passed = [p.offered.rate for p in res.points if p.slo_pass and p.offered.rate]
+    if not passed:
+        raise InfertuneError(f"no rate met the SLO {cfg.slo} (steps: {'; '.join(steps)}); relax --slo or pass --peak")
+    log(f"peak: the search's repeats did not confirm a rate; using the highest rate that passed once ({max(passed):.4g}"
+        " req/s)")
+    return {"rps": max(passed), **info, "note": "highest rate that passed once; its repeat run failed"}
+
+
+def _requests(cfg: ValidateConfig, api: str, model: str | None):
+    from infertune.bench.workload import build
+
+    return build(api, model, False, cfg.workload, None, cfg.seed)
+
+
+def screen(target: Target, api: str, req, log: Log):
+    """Drop the workload's requests the server refuses by design (input over its limit: 4xx), so the drills
+    judge the server on traffic it accepts; the long-tail drill sends over-limit input on purpose. Only the
+    requests longer than the limit in bytes are asked, once each."""
+    import httpx
+
+    from infertune.bench.workload import Requests
+
+    max_tok = target.limits.get("max_input_tokens")
+    if api != "embeddings" or not max_tok or target.limits.get("truncate"):
+        return req, {"screened": 0, "dropped": 0}
+    # every token but the special ones covers at least one character: a body no longer than the limit in
+    # bytes cannot be over it in tokens; only the others are asked
+    ask = [i for i, b in enumerate(req.bodies) if len(b) > max_tok - 2]
+    from concurrent.futures import ThreadPoolExecutor
+
+    def status(i: int) -> int:
+        r = httpx.post(target.url + "/v1/embeddings", content=req.bodies[i], timeout=60,
+                       headers={"Content-Type": "application/json"})
+        return r.status_code
+
+    with ThreadPoolExecutor(4) as pool:
+        codes = dict(zip(ask, pool.map(status, ask), strict=True))
+    drop = {i for i, c in codes.items() if 400 <= c < 500 and c != 429}
+    keep = [i for i in range(len(req.bodies)) if i not in drop]
+    if not keep:
+        raise InfertuneError(f"the server refused every request of the workload with 4xx (limit {max_tok} tokens)")
+    if drop:
+        log(f"workload: {len(drop)} of {len(req.bodies)} requests are over the server's {max_tok}-token limit "
+            "(answered 4xx); the drills send the other ones (the long-tail drill tests over-limit input)")
+    out = Requests([req.bodies[i] for i in keep], [req.input_tokens[i] for i in keep],
+                   [req.max_tokens[i] for i in keep], req.source)
+    return out, {"screened": len(ask), "dropped": len(drop), "kept": len(keep),
+                 "rule": f"requests over {max_tok - 2} bytes were sent once; those answered 4xx dropped"}
+
+
+def validate(cfg: ValidateConfig, log: Log | None = None) -> ValidateResult:
+    from infertune.fingerprint import fingerprint
+    from infertune.validate import faults, longtail, soak
+
+    log = log or (lambda s: None)
+    wall0 = time.monotonic()
+    out = Path(cfg.out) if cfg.out else None
+    result = ValidateResult(config=cfg.model_dump(mode="json"), environment=fingerprint(),
+                            started=dt.datetime.now().isoformat(timespec="seconds"),
+                            load_average={"start": _loadavg()})
+    if cfg.is_url:
+        target = Target(cfg.target)
+        log(f"target: {cfg.target} (already running: drills that need its processes are skipped)")
+    else:
+        flags = list(cfg.serve_args) + (["--max-queue", str(cfg.max_queue)] if cfg.max_queue else [])
+        target = Target.start(cfg.target, flags, out or Path(".infertune-validate"))
+        log(f"target: infertune serve {cfg.target} {' '.join(flags)} at {target.url} (log {target.log_path})")
+    try:
+        target.wait_ready(cfg.ready_timeout_s)
+        api = cfg.api or target.api
+        model = cfg.model or target.default_model()
+        result.target = {"url": target.url, "started_by_validate": target.owned, "api": api, "model": model,
+                         "limits": target.limits, "worker": target.info.get("worker"),
+                         "settings": target.info.get("settings"), "server_log": str(target.log_path or "")}
+        req, screened = screen(target, api, _requests(cfg, api, model), log)
+        result.target["workload"] = {**req.summary(), "screening": screened}
+        if cfg.peak:
+            result.peak = {"rps": cfg.peak, "source": "flag", "slo": cfg.slo}
+        else:
+            result.peak = find_peak(target, api, model, req, cfg, out, log)
+        peak = float(result.peak["rps"])
+        log(f"peak: {peak:.4g} req/s ({result.peak['source']})")
+        plan: list[tuple[str, Callable[[], Drill]]] = []
+        if cfg.soak_s > 0:
+            plan.append(("soak", lambda: soak.soak(target, api, req, peak, cfg, log)))
+        if cfg.long_tail:
+            plan.append(("long-tail", lambda: longtail.long_tail(target, api, req, peak, cfg, log)))
+        fns = {"oom-guard": faults.oom_guard, "burst": faults.burst, "stall": faults.stall,
+               "kill-worker": faults.kill_worker}
+        for name in ("oom-guard", "burst", "stall", "kill-worker"):  # the kill last: it replaces the worker
+            if name in cfg.faults:
+                plan.append((name, lambda f=fns[name]: f(target, api, req, peak, cfg, log)))
+        for name, run in plan:
+            if not target.alive():
+                result.drills.append(Drill(name=name, passed=False, reason="the server is no longer running "
+                                           f"(exit code {target.proc.returncode}); see {target.log_path}"))
+                continue
+            try:
+                d = run()
+            except InfertuneError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a drill that crashes fails, the others still run
+                d = Drill(name=name, passed=False, reason=f"the drill itself failed: {type(e).__name__}: {e}")
+            verdict = "skipped" if d.passed is None else "PASS" if d.passed else "FAIL"
+            log(f"{name}: {verdict} - {d.reason}")
+            result.drills.append(d)
+    finally:
+        code = target.stop()
+        if target.owned:
+            result.notes.append(f"server stopped (exit code {code}); its log: {target.log_path}")
+    ran = [d for d in result.drills if d.passed is not None]
+    result.passed = bool(ran) and all(d.passed for d in ran)
+    result.load_average["end"] = _loadavg()
+    result.wall_s = round(time.monotonic() - wall0, 1)
+    if out is not None:
+        from infertune.validate.report import write_outputs
+
+        result.out_dir = str(out)
+        write_outputs(result, out)
+    return result

@@ -1,0 +1,150 @@
+"""The soak drill: hold a fraction of the peak rate for the whole duration while RSS and the server's own
+metrics are sampled; judge errors, P99 drift over time and the memory slope."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from infertune.bench.workload import Requests
+from infertune.validate import analysis
+from infertune.validate.config import Drill, ValidateConfig
+from infertune.validate.load import Stream, point, run_streams
+from infertune.validate.target import Target, scrape
+
+WATCH = ("infertune_queue_depth", "infertune_worker_restarts_total", "infertune_batch_failures_total",
+         "process_resident_memory_bytes", "infertune_worker_resident_memory_bytes")
+
+
+class Sampler:
+    """Every `interval` s: the target's RSS (MB) and a few of its metrics, on the load's clock."""
+
+    def __init__(self, target: Target, interval: float):
+        self.target, self.interval = target, interval
+        self.t0 = time.monotonic()
+        self.t: list[float] = []
+        self.rss: list[float | None] = []
+        self.metrics: dict[str, list[float | None]] = {k: [] for k in WATCH}
+        self.gpu_mb: list[float | None] = []  # device memory used on all local GPUs (NVML), when there are any
+        self._nvml: list = []
+        try:
+            import pynvml  # type: ignore
+
+            pynvml.nvmlInit()
+            self._nv = pynvml
+            self._nvml = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        except Exception:  # noqa: BLE001 - no NVIDIA driver or no pynvml: RSS only
+            self._nvml = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="validate-sampler", daemon=True)
+
+    def start(self, t0: float) -> Sampler:
+        self.t0 = t0
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        nxt = time.monotonic()
+        while not self._stop.is_set():
+            t = time.monotonic()
+            rss = self.target.rss_mb()
+            m = scrape(self.target.url, timeout=max(1.0, self.interval))
+            self.t.append(round(t - self.t0, 3))
+            self.rss.append(round(rss, 2) if rss is not None else None)
+            for k in WATCH:
+                self.metrics[k].append(m.get(k))
+            if self._nvml:
+                try:
+                    self.gpu_mb.append(sum(self._nv.nvmlDeviceGetMemoryInfo(h).used for h in self._nvml) / 2**20)
+                except Exception:  # noqa: BLE001
+                    self.gpu_mb.append(None)
+            nxt += self.interval
+            self._stop.wait(max(0.0, nxt - time.monotonic()))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.interval * 3 + 10)
+
+    def delta(self, name: str) -> float | None:
+        v = [x for x in self.metrics[name] if x is not None]
+        return v[-1] - v[0] if len(v) >= 2 else None
+
+
+def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConfig,
+         log: Callable[[str], None]) -> Drill:
+    rate = cfg.soak_fraction * peak
+    duration = cfg.soak_s
+    warmup = min(10.0, max(1.0, 0.05 * duration))
+    log(f"soak: {rate:.3g} req/s ({cfg.soak_fraction:.0%} of peak {peak:.3g}) for {duration:g} s "
+        f"(+{warmup:g} s warm-up), sampling RSS and /metrics every {cfg.sample_interval_s:g} s")
+    sampler = Sampler(target, cfg.sample_interval_s)
+    t_wall = time.monotonic()
+    try:
+        run = run_streams(target.url, api, [Stream("soak", req.bodies, req.input_tokens, rate)], warmup, duration,
+                          cfg.timeout_s, cfg.seed, on_start=sampler.start)
+    finally:
+        sampler.stop()
+    n_win = max(3, min(cfg.windows, int(duration // 1)))
+    win = duration / n_win
+    pts = [point(run, target.url, api, cfg.timeout_s, start=warmup + i * win, length=win, rate=rate)
+           for i in range(n_win)]
+    whole = point(run, target.url, api, cfg.timeout_s, rate=rate)
+    drift = analysis.p99_drift([p.latency_ms.p99 for p in pts])
+    keep = [i for i, t in enumerate(sampler.t) if t >= warmup]  # judge memory over the measured window only
+    fit = analysis.rss_slope([sampler.t[i] for i in keep], [sampler.rss[i] for i in keep])
+    leak, leak_why = analysis.leak_verdict(fit, cfg.max_rss_slope_mb_h, cfg.min_rss_growth_mb)
+    gpu_fit, gpu_leak, gpu_why = None, False, ""
+    if any(x is not None for x in sampler.gpu_mb):  # device memory of the whole GPU(s): other tenants count too
+        gpu_fit = analysis.rss_slope([sampler.t[i] for i in keep], [sampler.gpu_mb[i] for i in keep])
+        gpu_leak, gpu_why = analysis.leak_verdict(gpu_fit, cfg.max_rss_slope_mb_h, cfg.min_rss_growth_mb)
+    err_rate = whole.errors.rate
+    restarts = sampler.delta("infertune_worker_restarts_total")
+    fails = []
+    if whole.n == 0 or whole.ok == 0:
+        fails.append("no successful requests")
+    if err_rate > cfg.max_error_rate:
+        fails.append(f"error rate {err_rate:.3%} > {cfg.max_error_rate:.3%} ({whole.errors.by_kind})")
+    if leak:
+        fails.append(leak_why)
+    if gpu_leak:
+        fails.append(f"GPU {gpu_why}")
+    if drift["ratio"] is not None and drift["ratio"] > cfg.max_p99_drift:
+        fails.append(f"P99 drifted {drift['ratio']:.2f}x (first third {drift['first_third_p99_ms']} ms -> last "
+                     f"third {drift['last_third_p99_ms']} ms) > {cfg.max_p99_drift:g}x")
+    if restarts:
+        fails.append(f"the model worker restarted {restarts:.0f} time(s) during the soak")
+    lat = whole.latency_ms
+    evidence: dict[str, Any] = {
+        "rate_rps": round(rate, 3), "peak_rps": round(peak, 3), "fraction": cfg.soak_fraction,
+        "duration_s": duration, "warmup_s": warmup, "requests": whole.n, "ok": whole.ok,
+        "achieved_rps": whole.achieved_rps, "errors": whole.errors.total, "error_rate": err_rate,
+        "errors_by_kind": whole.errors.by_kind, "max_error_rate": cfg.max_error_rate,
+        "latency_ms": {"p50": lat.p50, "p95": lat.p95, "p99": lat.p99, "max": lat.max, "n": lat.n},
+        "p99_drift": drift, "max_p99_drift": cfg.max_p99_drift, "window_s": round(win, 2),
+        "rss": fit, "rss_leak": leak, "rss_verdict": leak_why, "max_rss_slope_mb_per_h": cfg.max_rss_slope_mb_h,
+        "min_rss_growth_mb": cfg.min_rss_growth_mb,
+        "rss_samples": len([x for x in sampler.rss if x is not None]),
+        "rss_source": "psutil (server + children)" if target.owned else "/metrics process_resident_memory_bytes",
+        "gpu_memory": gpu_fit, "gpu_verdict": gpu_why or None,
+        "worker_restarts": restarts, "client_valid": whole.valid, "client_note": whole.invalid_reason or whole.warning,
+        "client_lag_p99_ms": whole.client.lag_ms.p99,
+    }
+    series = {"window_t_s": [round(warmup + (i + 0.5) * win, 2) for i in range(n_win)],
+              "window_p50_ms": [p.latency_ms.p50 for p in pts], "window_p99_ms": [p.latency_ms.p99 for p in pts],
+              "window_errors": [p.errors.total for p in pts], "window_rps": [p.achieved_rps for p in pts],
+              "t_s": sampler.t, "rss_mb": sampler.rss, "gpu_mb": sampler.gpu_mb,
+              "queue_depth": sampler.metrics["infertune_queue_depth"],
+              "server_rss_mb": [round(x / 2**20, 1) if x is not None else None
+                                for x in sampler.metrics["process_resident_memory_bytes"]],
+              "worker_rss_mb": [round(x / 2**20, 1) if x is not None else None
+                                for x in sampler.metrics["infertune_worker_resident_memory_bytes"]]}
+    for who in ("server", "worker"):  # which process grew
+        v = [x for x, t in zip(series[f"{who}_rss_mb"], sampler.t, strict=True) if x is not None and t >= warmup]
+        evidence[f"{who}_rss_mb_start_end"] = [v[0], v[-1]] if v else None
+    reason = "; ".join(fails) if fails else (
+        f"{whole.n} requests at {rate:.3g} req/s for {duration:g} s, {whole.errors.total} errors, P99 {lat.p99} ms, "
+        f"P99 drift {drift['ratio']}x, {leak_why}")
+    return Drill(name="soak", passed=not fails, reason=reason, evidence=evidence, series=series,
+                 wall_s=round(time.monotonic() - t_wall, 1))

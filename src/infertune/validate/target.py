@@ -1,0 +1,178 @@
+"""The server under validation: one validate starts (`infertune serve ARTIFACT --worker-process`, its own
+process group, log in the out dir) or one already running at a URL. Both answer the same questions: is it
+ready, what are its limits, what is its memory, which process is the model worker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from infertune.errors import InfertuneError
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(url: str, timeout: float = 5.0) -> dict[str, float]:
+    """The target's /metrics as {'name{labels}': value} (bench's parser); {} when it has none."""
+    from infertune.bench.telemetry import parse_prometheus
+
+    try:
+        r = httpx.get(url + "/metrics", timeout=timeout)
+        if r.status_code != 200:
+            return {}
+        return parse_prometheus(r.text)[0]
+    except (httpx.HTTPError, ValueError):
+        return {}
+
+
+class Target:
+    def __init__(self, url: str, proc: subprocess.Popen | None = None, log_path: Path | None = None,
+                 api: str = "embeddings"):
+        self.url = url.rstrip("/")
+        self.proc = proc
+        self.log_path = log_path
+        self.api = api
+        self.info: dict[str, Any] = {}  # the last /ready answer
+        self.model: str | None = None
+
+    # --- starting -------------------------------------------------------------------------------------
+    @classmethod
+    def start(cls, model: str, flags: list[str], log_dir: Path) -> Target:
+        """`infertune serve MODEL --worker-process` on a free loopback port (LLM artifacts go to vLLM)."""
+        from infertune.artifact import read_manifest
+        from infertune.models.resolve import resolve_model
+
+        ref = resolve_model(model)
+        manifest = read_manifest(ref.path) if ref.format == "artifact" else {}
+        llm = manifest.get("kind") == "causal-lm"
+        port = free_port()
+        argv = [sys.executable, "-m", "infertune.cli.main", "serve", model, "--port", str(port), *flags]
+        if not llm and "--in-process" not in flags and "--worker-process" not in flags:
+            argv.append("--worker-process")  # the fault drills need a worker process to kill
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = log_dir / "server.log"
+        log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
+        env = dict(os.environ, HF_HUB_OFFLINE=os.environ.get("HF_HUB_OFFLINE", "1"), TOKENIZERS_PARALLELISM="false")
+        proc = subprocess.Popen(argv, stdout=log, stderr=log, env=env, start_new_session=True)
+        t = cls(f"http://127.0.0.1:{port}", proc, log_path, api="completions" if llm else "embeddings")
+        t._log = log
+        return t
+
+    @property
+    def owned(self) -> bool:
+        return self.proc is not None
+
+    def alive(self) -> bool:
+        return self.proc is None or self.proc.poll() is None
+
+    def wait_ready(self, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise InfertuneError(f"the server exited with code {self.proc.returncode} before it was ready; "
+                                     f"see {self.log_path}:\n{self.log_tail()}")
+            try:
+                r = httpx.get(self.url + "/ready", timeout=5)
+                if r.status_code == 200:
+                    self.info = r.json()
+                    return self.info
+                if r.status_code == 404:  # not infertune serve (vLLM, TEI...): /v1/models answering is enough
+                    m = httpx.get(self.url + "/v1/models", timeout=5)
+                    if m.status_code == 200:
+                        self.info = {}
+                        return self.info
+                last = f"/ready answered {r.status_code}"
+            except httpx.HTTPError as e:
+                last = f"{type(e).__name__}"
+            time.sleep(0.2)
+        raise InfertuneError(f"{self.url} was not ready within {timeout:g} s (last: {last})")
+
+    def ready_now(self) -> dict[str, Any] | None:
+        """The /ready answer if it is 200 right now, else None."""
+        try:
+            r = httpx.get(self.url + "/ready", timeout=2)
+            return r.json() if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    def default_model(self) -> str | None:
+        try:
+            data = httpx.get(self.url + "/v1/models", timeout=10).json().get("data") or []
+            return data[0]["id"] if data else None
+        except (httpx.HTTPError, ValueError, KeyError, AttributeError, TypeError):
+            return None
+
+    # --- what the drills ask --------------------------------------------------------------------------
+    @property
+    def limits(self) -> dict[str, Any]:
+        return self.info.get("limits") or {}
+
+    def worker_pid(self) -> int | None:
+        """The model worker's pid, when validate owns the server and it runs one."""
+        if not self.owned:
+            return None
+        info = self.ready_now() or self.info
+        w = info.get("worker") or {}
+        return w.get("pid") if w.get("mode") == "process" else None
+
+    def rss_mb(self) -> float | None:
+        """Resident memory of the server and its children (psutil) when validate owns it, else what its
+        /metrics reports (process_resident_memory_bytes + the worker's)."""
+        if self.owned:
+            import psutil
+
+            try:
+                p = psutil.Process(self.proc.pid)
+                procs = [p, *p.children(recursive=True)]
+            except psutil.Error:
+                return None
+            total = 0
+            for q in procs:
+                try:
+                    total += q.memory_info().rss
+                except psutil.Error:
+                    pass
+            return total / 2**20
+        m = scrape(self.url)
+        if "process_resident_memory_bytes" not in m:
+            return None
+        return (m["process_resident_memory_bytes"] + m.get("infertune_worker_resident_memory_bytes", 0.0)) / 2**20
+
+    def log_tail(self, n: int = 15) -> str:
+        if not self.log_path or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        try:  # whatever is left of its group (a worker, vLLM's engine process)
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+        if getattr(self, "_log", None):
+            self._log.close()
+        return self.proc.returncode

@@ -1,0 +1,84 @@
+"""`infertune serve --worker-process`: the model runs in a supervised child. SIGKILL it mid-request: that
+request gets a clean 503 at once (not a hang), the server restarts the worker by itself, /metrics counts
+the restart, and answers are right again. A worker that stops answering (SIGSTOP) past --worker-timeout-s
+is killed and replaced the same way. Fake backend: no torch, fixed forward cost."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import httpx
+from serve_helpers import embed, metric
+
+
+def _worker(url: str) -> dict:
+    return httpx.get(url + "/ready", timeout=5).json()["worker"]
+
+
+def _wait_new_worker(url: str, old_pid: int, timeout: float = 30) -> tuple[dict, float]:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        r = httpx.get(url + "/ready", timeout=5)
+        if r.status_code == 200 and r.json()["worker"]["pid"] != old_pid:
+            return r.json()["worker"], time.monotonic() - t0
+        time.sleep(0.05)
+    raise AssertionError(f"no new worker within {timeout} s")
+
+
+def test_killed_worker_fails_its_batch_cleanly_and_is_restarted(fake_server):
+    srv = fake_server("--worker-process", us_per_token=2000)  # 400 tokens -> 0.8 s in forward
+    w = _worker(srv.url)
+    assert w["mode"] == "process" and w["pid"] != srv.proc.pid and w["restarts"] == 0
+    ok = embed(srv.url, ["a b c", "d e"], "fake")
+    assert ok.status_code == 200
+    got: dict = {}
+
+    def slow() -> None:
+        t = time.perf_counter()
+        got["r"] = embed(srv.url, ["a " * 399], "fake")
+        got["s"] = time.perf_counter() - t
+
+    th = threading.Thread(target=slow)
+    th.start()
+    deadline = time.monotonic() + 10
+    while metric(srv.url, "infertune_stage_queue_items", stage="forward") == 0 and \
+            metric(srv.url, "infertune_queue_depth") == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # inside the 0.8 s forward pass
+    os.kill(w["pid"], signal.SIGKILL)
+    th.join(30)
+    r = got["r"]
+    assert r.status_code == 503, r.text
+    err = r.json()["error"]
+    assert err["code"] == "worker_unavailable" and "SIGKILL" in err["message"] and r.headers["retry-after"] == "1"
+    assert got["s"] < 5  # failed at once, not after a timeout
+    new, took = _wait_new_worker(srv.url, w["pid"])
+    assert new["restarts"] == 1 and new["last_exit"] == "killed by SIGKILL"
+    assert metric(srv.url, "infertune_worker_restarts_total") == 1
+    assert metric(srv.url, "infertune_worker_up") == 1
+    again = embed(srv.url, ["a b c", "d e"], "fake")
+    assert again.status_code == 200 and again.json()["data"] == ok.json()["data"]
+    assert srv.proc.poll() is None
+
+
+def test_stalled_worker_is_killed_after_the_timeout(fake_server):
+    srv = fake_server("--worker-process", "--worker-timeout-s", "1")
+    w = _worker(srv.url)
+    os.kill(w["pid"], signal.SIGSTOP)
+    try:
+        t = time.perf_counter()
+        r = embed(srv.url, "a b c", "fake")
+        took = time.perf_counter() - t
+    finally:
+        try:
+            os.kill(w["pid"], signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert r.status_code == 503 and "stalled" in r.json()["error"]["message"], r.text
+    assert 0.9 < took < 5
+    _wait_new_worker(srv.url, w["pid"])
+    assert embed(srv.url, "a b c", "fake").status_code == 200
+    assert metric(srv.url, "infertune_worker_restarts_total") == 1
