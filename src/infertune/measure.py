@@ -30,11 +30,13 @@ def summarize(passes: Sequence[dict[str, Any]], peak_rss_mb: float | None = None
     lat = [x for p in passes for x in p["latency_ms"]]
     tokens = sum(p["tokens"] for p in passes)
     padded = sum(p["padded_tokens"] for p in passes)
+    per_pass = [float(np.percentile(p["latency_ms"], 99)) for p in passes if p["latency_ms"]]
     return Measurement(
         items_per_s=float(np.median(ips)), items_per_s_runs=[round(x, 2) for x in ips],
         items_per_s_spread=(float(min(ips)), float(max(ips))), tokens_per_s=tokens / walls,
         padded_tokens_per_s=padded / walls, latency_ms=latency_stats(lat),
         batches_per_pass=int(passes[0]["batches"]), items_per_pass=int(passes[0]["items"]),
-        padding_ratio=padded / max(tokens, 1), peak_rss_mb=peak_rss_mb, peak_gpu_mb=peak_gpu_mb,
+        padding_ratio=padded / max(tokens, 1), p99_per_pass_ms=[round(x, 2) for x in per_pass],
+        slo_p99_ms=float(np.median(per_pass)) if per_pass else None, peak_rss_mb=peak_rss_mb, peak_gpu_mb=peak_gpu_mb,
         passes=len(passes),
     )
