@@ -1,59 +1,10 @@
-"""Shared fixtures: real servers on free loopback ports, always stopped afterwards."""
+"""Fixtures for the bench tests; plain helpers live in bench_helpers.py (unique module name)."""
 
-from __future__ import annotations
-
-import os
-import socket
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[3]
-STUB = ROOT / "tests" / "fixtures" / "openai_stub.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, proc: subprocess.Popen, timeout: float) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited early with code {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"server on port {port} not listening after {timeout} s")
-
-
-def stop(proc: subprocess.Popen, group: bool = False) -> None:
-    """Terminate (then kill) a server; group=True also ends its children (started with start_new_session)."""
-    import signal
-
-    def send(sig: int) -> None:
-        try:
-            if group:
-                os.killpg(proc.pid, sig)
-            elif proc.poll() is None:
-                proc.send_signal(sig)
-        except ProcessLookupError:
-            pass
-
-    send(signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        pass
-    send(signal.SIGKILL)
-    proc.wait(timeout=10)
+from bench_helpers import STUB, free_port, stop, wait_port  # noqa: F401
 
 
 @pytest.fixture
@@ -76,8 +27,3 @@ def stub():
         stop(p)
 
 
-def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "infertune.cli.main", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)

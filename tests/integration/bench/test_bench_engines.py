@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from bench_helpers import ROOT, free_port, stop
 
-from conftest import ROOT, free_port, stop
 from infertune.bench.config import BenchConfig
 from infertune.bench.runner import bench
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from conftest import run_cli
+from bench_helpers import run_cli
+
 from infertune.bench.config import BenchConfig
 from infertune.bench.runner import bench
 
