@@ -63,7 +63,9 @@ def test_quick_tune_writes_contract_results_report_and_artifact(quick_run):
             assert {"cosine_mean", "cosine_min", "topk_overlap"} <= set(c["accuracy"])
     win = res["winner"]
     assert win["accuracy"]["cosine_mean"] >= 0.995 and win["accuracy"]["cosine_min"] >= 0.98
-    assert win["latency_ms"]["p99"] <= res["config"]["slo"]["p99_ms"]
+    # the SLO is checked on the median of per-pass P99s (docs/architecture.md: the SLO statistic)
+    assert win["measurement"]["slo_p99_ms"] <= res["config"]["slo"]["p99_ms"]
+    assert win["measurement"]["p99_per_pass_ms"] and win["latency_ms"]["p99"] >= win["latency_ms"]["p50"]
     assert res["workload"]["n_items"] == 1000 and res["workload"]["over_limit"] >= 20
     html = (out / "report.html").read_text()
     assert "<svg" in html and "Pareto" in html and "http" not in html.split("<body>")[1][:200]
