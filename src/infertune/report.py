@@ -50,7 +50,8 @@ def print_summary(result: TuneResult) -> None:
         con.print(f"next: [bold]{result.next_command}[/]", highlight=False)
 
 
-def _svg(fig) -> str:
+def figure_svg(fig) -> str:
+    """A matplotlib figure as inline SVG markup (closes the figure). Shared by every HTML report."""
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight")
     import matplotlib.pyplot as plt
@@ -85,7 +86,7 @@ def _plots(result: TuneResult) -> dict[str, str]:
         ax.set_ylabel("1 - mean cosine vs fp32 (log)")
         ax.set_title("Speed vs accuracy (Pareto front dashed, winner green)")
         ax.legend()
-        plots["pareto"] = _svg(fig)
+        plots["pareto"] = figure_svg(fig)
         fig, ax = plt.subplots(figsize=(8, 0.35 * len(measured) + 1.5))
         rows = sorted((r for r in measured if r.latency_ms.n), key=lambda r: r.items_per_s)
         ax.barh([r.name for r in rows], [r.latency_ms.p99 for r in rows], color="tab:orange", label="P99")
@@ -94,7 +95,7 @@ def _plots(result: TuneResult) -> dict[str, str]:
         ax.set_xlabel("batch latency (ms), tokenization included")
         ax.tick_params(axis="y", labelsize=7)
         ax.legend()
-        plots["latency"] = _svg(fig)
+        plots["latency"] = figure_svg(fig)
     if result.sensitivity:
         s = result.sensitivity[:40]
         fig, ax = plt.subplots(figsize=(8, 0.22 * len(s) + 1.5))
@@ -104,14 +105,14 @@ def _plots(result: TuneResult) -> dict[str, str]:
         ax.set_xscale("log")
         ax.set_xlabel("1 - mean cosine when only this layer is int8 (red: kept in fp32)")
         ax.tick_params(axis="y", labelsize=6)
-        plots["sensitivity"] = _svg(fig)
+        plots["sensitivity"] = figure_svg(fig)
     if result.workload:
         h = result.workload.histogram
         fig, ax = plt.subplots(figsize=(7, 3))
         ax.bar([b["bucket"] for b in h], [b["count"] for b in h], color="tab:purple")
         ax.set_xlabel(f"tokens per item (model limit {result.workload.max_length})")
         ax.set_ylabel("items")
-        plots["lengths"] = _svg(fig)
+        plots["lengths"] = figure_svg(fig)
     return plots
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import csv
 import html
-import io
 import json
 from pathlib import Path
 
 from infertune.bench.results import BenchResult, Point
+from infertune.report import figure_svg
 
 
 def _f(x, fmt="{:.1f}") -> str:
@@ -85,16 +85,6 @@ def _row(p: Point) -> dict:
     return r
 
 
-def _svg(fig) -> str:
-    import matplotlib.pyplot as plt
-
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
-    plt.close(fig)
-    s = buf.getvalue()
-    return s[s.find("<svg"):]
-
-
 def _plots(result: BenchResult) -> list[tuple[str, str]]:
     import matplotlib
 
@@ -125,7 +115,7 @@ def _plots(result: BenchResult) -> list[tuple[str, str]]:
         ax.set_yscale("log")
         ax.legend(fontsize=7)
         ax.set_title(f"Latency percentiles vs {over}")
-        out.append((f"Latency vs {over}", _svg(fig)))
+        out.append((f"Latency vs {over}", figure_svg(fig)))
         fig, ax = plt.subplots(figsize=(7, 3.2))
         ax.plot(x, [p.achieved_rps for p in pts], "-o", label="ok req/s")
         if any(p.goodput_rps is not None for p in pts):
@@ -144,7 +134,7 @@ def _plots(result: BenchResult) -> list[tuple[str, str]]:
         ax.set_ylabel("req/s")
         ax.legend(fontsize=7, loc="upper left")
         ax.set_title(f"Throughput vs {over}")
-        out.append((f"Throughput vs {over}", _svg(fig)))
+        out.append((f"Throughput vs {over}", figure_svg(fig)))
     for tel in result.telemetry:
         if not tel.t:
             continue
@@ -167,7 +157,7 @@ def _plots(result: BenchResult) -> list[tuple[str, str]]:
             for p in result.points:
                 ax.axvspan(p.t_start, p.t_end, color="green" if p.valid else "red", alpha=0.07)
         axes[-1, 0].set_xlabel("seconds since bench start (shaded: measured windows)")
-        out.append((f"Server series over time ({html.escape(tel.source)})", _svg(fig)))
+        out.append((f"Server series over time ({html.escape(tel.source)})", figure_svg(fig)))
     return out
 
 

@@ -7,7 +7,7 @@ import html
 import json
 from pathlib import Path
 
-from infertune.report import _f, _svg
+from infertune.report import _f, figure_svg
 from infertune.results import CandidateResult, TuneResult
 
 
@@ -89,7 +89,7 @@ def _plots(result: TuneResult) -> dict[str, str]:
     ax.set_ylabel("TPOT: ms per decode step (median, p5-p95)")
     ax.set_title("Decode step time vs batch")
     ax.legend(fontsize=7)
-    plots["tpot"] = _svg(fig)
+    plots["tpot"] = figure_svg(fig)
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for r in measured:
         ks = sorted(r.ttft_by_length, key=lambda k: int(k.split(":")[1]))
@@ -99,7 +99,7 @@ def _plots(result: TuneResult) -> dict[str, str]:
     ax.set_ylabel("TTFT ms (median)")
     ax.set_title("Time to first token vs prompt length")
     ax.legend(fontsize=7)
-    plots["ttft"] = _svg(fig)
+    plots["ttft"] = figure_svg(fig)
     pts = [r for r in measured if r.accuracy.ppl_delta_rel is not None and r.tokens_per_s]
     if pts:
         fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -111,7 +111,7 @@ def _plots(result: TuneResult) -> dict[str, str]:
         ax.set_xlabel("batch-1 decode tokens/s")
         ax.set_ylabel("perplexity change vs reference (%)")
         ax.legend()
-        plots["pareto"] = _svg(fig)
+        plots["pareto"] = figure_svg(fig)
     return plots
 
 

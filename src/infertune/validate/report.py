@@ -7,6 +7,7 @@ import html
 import json
 from pathlib import Path
 
+from infertune.report import figure_svg
 from infertune.validate.config import Drill, ValidateResult
 
 
@@ -31,18 +32,6 @@ def print_summary(result: ValidateResult) -> None:
     con.print("[bold green]all drills passed[/]" if result.passed else "[bold red]validation failed[/]")
     if result.out_dir:
         con.print(f"wrote {result.out_dir}/validate.json, validate.html", highlight=False)
-
-
-def _svg(fig) -> str:
-    import io
-
-    import matplotlib.pyplot as plt
-
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
-    plt.close(fig)
-    s = buf.getvalue()
-    return s[s.find("<svg"):]
 
 
 _COLORS = {"ok": "tab:green", "429": "tab:orange"}
@@ -74,7 +63,7 @@ def _plot(d: Drill) -> str | None:
         axes[2].plot(s["t_s"], s["queue_depth"], lw=1)
         axes[2].set_ylabel("queue depth")
         axes[2].set_xlabel("seconds since the soak started")
-        return _svg(fig)
+        return figure_svg(fig)
     if d.name == "long-tail" and s.get("buckets"):
         fig, ax = plt.subplots(figsize=(8, 3.6))
         for k, b in s["buckets"].items():
@@ -85,7 +74,7 @@ def _plot(d: Drill) -> str | None:
         ax.set_yscale("log")
         ax.legend(fontsize=7)
         ax.set_title("long tail: P99 per length bucket vs rate", fontsize=9, loc="left")
-        return _svg(fig)
+        return figure_svg(fig)
     if s.get("sent_s"):
         fig, ax = plt.subplots(figsize=(8, 3.6))
         kinds = sorted(set(s["outcome"]))
@@ -103,7 +92,7 @@ def _plot(d: Drill) -> str | None:
             ax2.plot(s["queue_t_s"], s["queue_depth"], color="black", lw=0.8)
             ax2.set_ylabel("server queue depth")
         ax.set_title(f"{d.name}: every request", fontsize=9, loc="left")
-        return _svg(fig)
+        return figure_svg(fig)
     return None
 
 
