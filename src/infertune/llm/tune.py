@@ -18,6 +18,7 @@ from infertune.llm.candidates import LMCandidate, available, default_candidates,
 from infertune.llm.measure import memory_bandwidth, roofline_ms, summarize_lm
 from infertune.llm.verify import accuracy, within_budget
 from infertune.results import CandidateResult, TuneResult, WorkloadSummary
+from infertune.tune import _short
 from infertune.worker import Worker, WorkerFailed
 
 
@@ -172,11 +173,6 @@ class _LMRun:
         for w in self.workers.values():
             w.stop()
         self.workers.clear()
-
-
-def _short(e: Exception) -> str:
-    text = str(e).strip().splitlines()
-    return text[0][:300] if text else type(e).__name__
 
 
 def tune_lm(cfg: TuneConfig, quiet: bool = False) -> TuneResult:
