@@ -73,11 +73,7 @@ class SentenceTransformerNaive(Backend):
                 calibration: Sequence[str] = ()) -> Embedder:
         from sentence_transformers import SentenceTransformer
 
-        root = spec.path
-        if spec.source_format != "sentence-transformers":
-            # a plain HF encoder: ST wraps it with mean pooling, the same as our default
-            st = SentenceTransformer(root, device=device)
-        else:
-            st = SentenceTransformer(root, device=device)
+        # a plain HF encoder directory is wrapped by ST with mean pooling, the same as our default
+        st = SentenceTransformer(spec.path, device=device)
         st.max_seq_length = spec.max_length
         return STEmbedder(spec, st, candidate.batching.size, device)
