@@ -11,6 +11,23 @@ def _speed(r: CandidateResult) -> float:
     return r.items_per_s or 0.0
 
 
+# how much machinery a candidate brings into production: at equal speed, fewer moving parts win
+_ENGINE_RANK = {"torch-eager": 0, "onnxruntime": 1, "torch-compile": 2}
+
+
+def _rank(r: CandidateResult) -> int:
+    return _ENGINE_RANK.get(str(r.candidate.get("backend", "")), 1)
+
+
+def pick(eligible: list[CandidateResult], tie_margin: float) -> tuple[CandidateResult, CandidateResult]:
+    """(winner, fastest). The fastest eligible candidate wins unless a simpler engine is within
+    `tie_margin` of it: such a gap is inside the run-to-run noise, and the simpler engine is the one
+    that builds faster and breaks less (a compile step, an export, a second runtime)."""
+    fastest = max(eligible, key=_speed)
+    close = [r for r in eligible if _speed(r) >= (1 - tie_margin) * _speed(fastest)]
+    return min(close, key=lambda r: (_rank(r), -_speed(r))), fastest
+
+
 def slo_p99(r: CandidateResult) -> float | None:
     """The P99 checked against the SLO: each timed pass's P99 batch latency, median over passes. One
     pass disturbed by the machine (another tenant, a GC pause) then cannot flip the decision alone."""
@@ -73,17 +90,20 @@ def decide(result: TuneResult, cfg: TuneConfig) -> None:
             lines.append(f"Fastest measured: {fastest.name} at {fastest.items_per_s:.1f} items/s ({fastest.reason}).")
         result.decision = lines
         return
-    win = max(eligible, key=_speed)
+    win, fastest = pick(eligible, cfg.tie_margin)
     result.winner = win.model_copy(deep=True)
     m = win.measurement
-    spread = f" (n={m.passes} passes, range {m.items_per_s_spread[0]:.1f}-{m.items_per_s_spread[1]:.1f})" if m else ""
+    spread = f" ({m.items_per_s_estimator}, median {m.items_per_s_median or 0:.1f}, n={m.passes} passes, range {m.items_per_s_spread[0]:.1f}-{m.items_per_s_spread[1]:.1f})" if m else ""
     lines.append(f"Winner: {win.name} at {win.items_per_s:.1f} items/s{spread}, P99 batch latency "
                  f"{slo_p99(win):.1f} ms (median of per-pass P99; pooled {win.latency_ms.p99:.1f}) vs SLO {slo:g} ms, mean cosine {win.accuracy.cosine_mean:.5f}, "
                  f"min {win.accuracy.cosine_min:.5f}.")
+    if fastest is not win:
+        lines.append(f"{fastest.name} measured {(_speed(fastest) / _speed(win) - 1) * 100:.1f}% faster, inside the "
+                     f"{cfg.tie_margin:.0%} tie margin: the simpler engine ({win.candidate.get('backend')}) is chosen.")
     if base_speed:
         lines.append(f"That is {win.items_per_s / base_speed:.2f}x the naive baseline ({base.name}, "
                      f"{base_speed:.1f} items/s, measured in the same run).")
-    faster = [r for r in result.candidates if _speed(r) > _speed(win) and r.name != win.name]
+    faster = [r for r in result.candidates if _speed(r) > _speed(win) and r.name not in (win.name, fastest.name)]
     for r in sorted(faster, key=_speed, reverse=True)[:3]:
         lines.append(f"Faster but not chosen: {r.name} ({r.items_per_s:.1f} items/s): {r.reason or r.status}.")
     others = sorted((r for r in eligible if r.name != win.name), key=_speed, reverse=True)

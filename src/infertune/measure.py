@@ -1,5 +1,12 @@
-"""Turn timed passes into statistics: median items/s with spread over passes, per-batch latency
-percentiles over every batch of every pass, tokens/s and padding."""
+"""Turn timed passes into statistics: items/s over passes (upper quartile, with the median and the range
+beside it), per-batch latency percentiles over every batch of every pass, tokens/s and padding.
+
+Why the upper quartile: on shared CPUs, interference from other tenants only ever slows a pass (a
+matmul loop on the idle 2-core CI box swings between 190 and 520 iterations/s over minutes; see
+docs/measurement.md). The slow passes measure the neighbours, not the candidate. A low-percentile-of-time
+(high-percentile-of-throughput) estimator is the standard answer (timeit's min, BenchmarkTools.jl's
+minimum); the 75th percentile keeps that robustness without resting on a single extreme pass.
+The median and every pass are kept in the record, so nothing is hidden."""
 
 from __future__ import annotations
 
@@ -9,6 +16,8 @@ from typing import Any
 import numpy as np
 
 from infertune.results import Latency, Measurement
+
+ESTIMATOR_PERCENTILE = 75  # items_per_s = this percentile of the per-pass throughputs (see module doc)
 
 
 def latency_stats(samples_ms: Sequence[float]) -> Latency:
@@ -26,13 +35,15 @@ def summarize(passes: Sequence[dict[str, Any]], peak_rss_mb: float | None = None
     if not passes:
         raise ValueError("no timed passes")
     ips = [p["items"] / p["wall_s"] for p in passes]
+    robust = float(np.percentile(ips, ESTIMATOR_PERCENTILE))
     walls = sum(p["wall_s"] for p in passes)
     lat = [x for p in passes for x in p["latency_ms"]]
     tokens = sum(p["tokens"] for p in passes)
     padded = sum(p["padded_tokens"] for p in passes)
     per_pass = [float(np.percentile(p["latency_ms"], 99)) for p in passes if p["latency_ms"]]
     return Measurement(
-        items_per_s=float(np.median(ips)), items_per_s_runs=[round(x, 2) for x in ips],
+        items_per_s=robust, items_per_s_median=float(np.median(ips)),
+        items_per_s_estimator=f"p{ESTIMATOR_PERCENTILE} of per-pass items/s", items_per_s_runs=[round(x, 2) for x in ips],
         items_per_s_spread=(float(min(ips)), float(max(ips))), tokens_per_s=tokens / walls,
         padded_tokens_per_s=padded / walls, latency_ms=latency_stats(lat),
         batches_per_pass=int(passes[0]["batches"]), items_per_pass=int(passes[0]["items"]),

@@ -26,7 +26,7 @@ def print_summary(result: TuneResult) -> None:
     if not con.is_terminal:
         con = Console(stderr=True, width=200)
     t = Table(title=f"infertune tune: {result.model} ({result.config.get('device')})", show_lines=False)
-    for col in ("candidate", "status", "items/s (median, n)", "range", "P50 ms", "P99 ms", "cos mean",
+    for col in ("candidate", "status", "items/s (n)", "median", "range", "P50 ms", "P99 ms", "cos mean",
                 "cos min", "top10", "vs naive"):
         t.add_column(col, justify="left" if col in ("candidate", "status") else "right")
     order = sorted(result.candidates, key=lambda r: -(r.items_per_s or 0))
@@ -35,6 +35,7 @@ def print_summary(result: TuneResult) -> None:
         style = "bold green" if result.winner and r.name == result.winner.name else (
             "dim" if r.status in ("skipped", "failed") else None)
         t.add_row(r.name, r.status, f"{_f(r.items_per_s)} (n={m.passes})" if m else "-",
+                  _f(m.items_per_s_median) if m else "-",
                   f"{m.items_per_s_spread[0]:.0f}-{m.items_per_s_spread[1]:.0f}" if m else "-",
                   _f(r.latency_ms.p50), _f(r.latency_ms.p99), _f(r.accuracy.cosine_mean, "{:.5f}"),
                   _f(r.accuracy.cosine_min, "{:.5f}"), _f(r.accuracy.topk_overlap, "{:.3f}"),
@@ -82,7 +83,7 @@ def _plots(result: TuneResult) -> dict[str, str]:
         ax.axhline(1 - result.config["accuracy"]["min_cosine_mean"], color="red", lw=1, ls=":",
                    label="accuracy budget")
         ax.set_yscale("log")
-        ax.set_xlabel("items/s (median)")
+        ax.set_xlabel("items/s (upper quartile of passes)")
         ax.set_ylabel("1 - mean cosine vs fp32 (log)")
         ax.set_title("Speed vs accuracy (Pareto front dashed, winner green)")
         ax.legend()
@@ -124,7 +125,7 @@ def write_report(result: TuneResult, path: Path) -> Path:
         m = r.measurement
         rows.append(
             f"<tr class='{r.status}'><td>{e(r.name)}</td><td>{r.status}</td><td>{_f(r.items_per_s)}</td>"
-            f"<td>{m.passes if m else '-'}</td>"
+            f"<td>{_f(m.items_per_s_median) if m else '-'}</td><td>{m.passes if m else '-'}</td>"
             f"<td>{(f'{m.items_per_s_spread[0]:.1f}-{m.items_per_s_spread[1]:.1f}') if m else '-'}</td>"
             f"<td>{_f(r.latency_ms.p50)}</td><td>{_f(r.latency_ms.p95)}</td><td>{_f(r.latency_ms.p99)}</td>"
             f"<td>{_f(r.accuracy.cosine_mean, '{:.5f}')}</td><td>{_f(r.accuracy.cosine_min, '{:.5f}')}</td>"
@@ -141,7 +142,7 @@ td,th{{border:1px solid #ccc;padding:3px 6px}}tr.rejected{{color:#a60}}tr.failed
 svg{{max-width:100%;height:auto}}</style></head><body>
 <h1>infertune tune: {e(result.model)}</h1>
 <p>{'<br>'.join(e(x) for x in result.decision)}</p>
-<h2>Candidates</h2><table><tr><th>candidate</th><th>status</th><th>items/s (median)</th><th>n</th><th>range</th>
+<h2>Candidates</h2><table><tr><th>candidate</th><th>status</th><th>items/s (p75 of passes)</th><th>median</th><th>n</th><th>range</th>
 <th>P50 ms</th><th>P95 ms</th><th>P99 ms</th><th>cos mean</th><th>cos min</th><th>top-10</th><th>vs naive</th><th>reason</th></tr>
 {''.join(rows)}</table>
 {sections}

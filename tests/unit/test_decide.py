@@ -35,3 +35,31 @@ def test_no_eligible_candidate_gives_no_winner():
 def test_pareto_front():
     cands = [_r("slow-exact", 10, 1, 1.0), _r("fast-lossy", 100, 1, 0.9), _r("dominated", 50, 1, 0.89)]
     assert pareto_front(cands) == ["fast-lossy", "slow-exact"]
+
+
+def _b(name, backend, ips):
+    r = _r(name, ips, 50, 0.9999)
+    r.candidate = {"backend": backend}
+    return r
+
+
+def test_simpler_engine_within_tie_margin_wins_and_the_gap_is_stated():
+    cands = [_r("st-naive/fp32/batch-32", 50, 900, 1.0), _b("compiled", "torch-compile", 262.0),
+             _b("eager", "torch-eager", 255.0), _b("ort", "onnxruntime", 258.0)]
+    res = _result(cands)
+    decide(res, TuneConfig(slo=SLO(p99_ms=100), tie_margin=0.05))
+    assert res.winner.name == "eager"
+    assert any("compiled" in line and "tie margin" in line for line in res.decision)
+
+
+def test_a_clearly_faster_complex_engine_still_wins():
+    cands = [_r("st-naive/fp32/batch-32", 50, 900, 1.0), _b("compiled", "torch-compile", 300.0),
+             _b("eager", "torch-eager", 255.0)]
+    res = _result(cands)
+    decide(res, TuneConfig(slo=SLO(p99_ms=100), tie_margin=0.05))
+    assert res.winner.name == "compiled"
+    assert not any("tie margin" in line for line in res.decision)
+    res = _result([_r("st-naive/fp32/batch-32", 50, 900, 1.0), _b("compiled", "torch-compile", 262.0),
+                   _b("eager", "torch-eager", 255.0)])
+    decide(res, TuneConfig(slo=SLO(p99_ms=100), tie_margin=0.0))
+    assert res.winner.name == "compiled"
