@@ -39,7 +39,9 @@ $(SMOLLM2_HF)/config.json: | $(STAMP)
 	$(BIN)/python scripts/smollm2_to_hf.py $(SMOLLM2_HF)
 vllm-env: $(VLLM_VENV)/.installed $(SMOLLM2_HF)/config.json
 
-test: $(STAMP) vllm-env
+# the two venvs build side by side (pip is mostly download and unzip): about 2 min saved on a fresh machine
+test:
+	$(MAKE) --no-print-directory -j2 venv vllm-env
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)

@@ -187,7 +187,7 @@ def _spread(vals: list[float]) -> str:
 
 def compare(args: argparse.Namespace) -> dict:
     a = ours(args.model, "--truncate").wait_ready()  # the naive server truncates too
-    b = naive(args.model).wait_ready()
+    b = naive(args.naive_model or args.model).wait_ready()
     runs: dict[str, list[dict]] = {"infertune": [], "naive": []}
     try:
         for r in range(args.rounds):
@@ -202,7 +202,7 @@ def compare(args: argparse.Namespace) -> dict:
         b.stop()
     summary = {k: {m: [x[m] for x in v] for m in ("items_per_s", "p50_ms", "p99_ms", "errors")} for k, v in runs.items()}
     ratios = [x["items_per_s"] / max(y["items_per_s"], 1e-9) for x, y in zip(runs["infertune"], runs["naive"], strict=True)]
-    out = {"model": args.model, "concurrency": args.concurrency, "seconds": args.seconds, "rounds": args.rounds,
+    out = {"model": args.model, "naive_model": args.naive_model or args.model, "concurrency": args.concurrency, "seconds": args.seconds, "rounds": args.rounds,
            "runs": runs, "summary": summary, "speedup": ratios, "speedup_median": statistics.median(ratios)}
     print(f"\n{'server':10s} {'items/s':>34s} {'P99 ms':>34s}")
     for k in ("infertune", "naive"):
@@ -241,6 +241,9 @@ def main() -> None:
         s.add_argument("--warmup", type=float, default=3.0)
         s.add_argument("--rounds", type=int, default=3)
         s.add_argument("--port", type=int, default=8001)
+        s.add_argument("--naive-model", default=None,
+                       help="model for the naive server (default: --model); e.g. --model runs/X/artifact "
+                            "--naive-model minilm compares the tuned artifact with what users write")
         s.add_argument("--json", dest="json_out", type=Path, default=None, help="write the figures here")
     args = p.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

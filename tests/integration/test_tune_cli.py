@@ -1,51 +1,12 @@
 """`infertune tune` end to end on the real MiniLM, through the CLI, as a user runs it."""
 
 import json
-import os
-import random
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from tune_helpers import run_cli
 
 from infertune.workload import load_workload
-
-CLI = [sys.executable, "-m", "infertune.cli.main"]
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
-
-
-def run_cli(*args, timeout=900):
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=ENV, timeout=timeout)
-
-
-@pytest.fixture(scope="module")
-def user_jsonl(tmp_path_factory):
-    """1,000 mixed-length texts, with over-length items, blank lines and non-ASCII text."""
-    rng = random.Random(3)
-    base = load_workload(None).items
-    lines = []
-    for i in range(1000):
-        if i % 50 == 0:
-            text = " ".join(rng.choice(base) for _ in range(12))  # far past 256 tokens
-        elif i % 37 == 0:
-            text = rng.choice(["Grüße aus Köln – naïve café", "机器学习模型部署", "Ελληνικά κείμενα εδώ", "😀 emoji + text"])
-        else:
-            text = rng.choice(base)
-        lines.append(json.dumps({"input": text}, ensure_ascii=False))
-        if i % 100 == 0:
-            lines.append("")
-    p = tmp_path_factory.mktemp("wl") / "user.jsonl"
-    p.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return p
-
-
-@pytest.fixture(scope="module")
-def quick_run(tmp_path_factory, user_jsonl):
-    out = tmp_path_factory.mktemp("run")
-    r = run_cli("tune", "minilm", "--workload", str(user_jsonl), "--quick", "--candidates", "bf16,onnxruntime/fp32",
-                "--out", str(out), "--json")
-    return r, out
 
 
 @pytest.mark.slow

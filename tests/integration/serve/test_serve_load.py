@@ -104,20 +104,34 @@ def test_soak_no_errors(minilm_server):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="issue #3 acceptance not met yet: untuned fp32 batching engine measured "
-                   "53.3 vs 51.4 items/s for the naive server at c=32 on the 2-core box (2026-11-29)")
-def test_batching_beats_naive_server(minilm_server):
-    """Same model, same box, one after the other: >= 2x the items/s of one-forward-per-request FastAPI."""
+@pytest.mark.xfail(strict=False, reason="issue #3 acceptance not met yet: serving the tuned bf16 artifact measured "
+                   "1.57x the naive fp32 server at c=32 (89 vs 57 items/s, 2026-11-29 session 2): the artifact's "
+                   "512-token batch budget gives ~6-item batches, and client, server and model share 2 cores")
+def test_batching_beats_naive_server(tuned_artifact):
+    """Same model, same box, side by side: `infertune serve` of the artifact `tune` wrote (as a user runs
+    it) vs the one-forward-per-request FastAPI server users write (fp32 MiniLM): >= 2x the items/s at
+    concurrency 32. Two interleaved rounds; the ratio of the summed throughputs is checked."""
+    ours_srv = bench.ours(str(tuned_artifact))
     naive = bench.naive("minilm")
     try:
+        ours_srv.wait_ready()
         naive.wait_ready()
         texts = _short_texts()
-        ours = bench.run_load(minilm_server.url, "minilm", 32, 8.0, warmup_s=2.0, texts=texts)
-        base = bench.run_load(naive.url, "minilm", 32, 8.0, warmup_s=2.0, texts=texts)
+        runs = {"ours": [], "naive": []}
+        for r in range(2):
+            for name, srv in ([("ours", ours_srv), ("naive", naive)] if r == 0 else
+                              [("naive", naive), ("ours", ours_srv)]):
+                runs[name].append(bench.run_load(srv.url, "minilm", 32, 6.0, warmup_s=1.5, texts=texts, seed=r))
     finally:
         naive.stop()
-    print(f"c=32: infertune {ours['items_per_s']:.1f} items/s P99 {ours['p99_ms']:.0f} ms (n={ours['requests']}); "
-          f"naive {base['items_per_s']:.1f} items/s P99 {base['p99_ms']:.0f} ms (n={base['requests']})",
+        ours_srv.stop()
+    ours = {"items_per_s": sum(x["items_per_s"] for x in runs["ours"]) / 2,
+            "errors": sum(x["errors"] for x in runs["ours"]), "p99_ms": max(x["p99_ms"] for x in runs["ours"])}
+    base = {"items_per_s": sum(x["items_per_s"] for x in runs["naive"]) / 2,
+            "errors": sum(x["errors"] for x in runs["naive"]), "p99_ms": max(x["p99_ms"] for x in runs["naive"])}
+    print(f"c=32 ({tuned_artifact.name}): infertune {[round(x['items_per_s'], 1) for x in runs['ours']]} items/s "
+          f"P99 {ours['p99_ms']:.0f} ms; naive {[round(x['items_per_s'], 1) for x in runs['naive']]} items/s "
+          f"P99 {base['p99_ms']:.0f} ms; ratio {ours['items_per_s'] / base['items_per_s']:.2f}x",
           file=sys.stderr)
     assert ours["errors"] == 0 and base["errors"] == 0
     assert ours["items_per_s"] >= 2 * base["items_per_s"]
