@@ -3,6 +3,8 @@
 backend: hf-generate (transformers generate(), dynamic cache: the naive baseline and the reference),
 static (own decode loop over a StaticCache, eager step), static-compile (the decode step under
 torch.compile, one graph per batch size), cuda-graph (the decode step captured once and replayed),
+cuda-graph-compile (inductor-compiled step with eager attention, captured as one CUDA graph: the fastest
+batch-1 decode measured on the H200),
 vllm (skipped with a reason unless vLLM is importable here; `infertune serve` runs it from its own venv).
 """
 
@@ -47,7 +49,8 @@ def default_candidates(device: str, quick: bool = False) -> list[LMCandidate]:
     else:
         c = [ref, C(backend="hf-generate", precision="fp16"), C(backend="static", precision="bf16"),
              C(backend="cuda-graph", precision="bf16"), C(backend="cuda-graph", precision="fp16"),
-             C(backend="cuda-graph", precision="bf16", quant="torchao-int8-wo")]
+             C(backend="cuda-graph", precision="bf16", quant="torchao-int8-wo"),
+             C(backend="cuda-graph-compile", precision="bf16")]
         if not quick:
             c += [C(backend="cuda-graph", precision="bf16", quant="torchao-int4"),
                   C(backend="cuda-graph", precision="bf16", quant="torchao-fp8"),
@@ -63,7 +66,7 @@ def available(c: LMCandidate, device: str) -> str | None:
             return ("vLLM is not importable in this Python; it runs as a server from its own venv "
                     "(`infertune serve <artifact>`), measured with `infertune bench --api chat`")
         return "vLLM runs as a server, not in-process: serve the artifact and measure it with `infertune bench`"
-    if c.backend == "cuda-graph" and device != "cuda":
+    if c.backend in ("cuda-graph", "cuda-graph-compile") and device != "cuda":
         return "CUDA graphs need a CUDA GPU"
     if c.quant in ("torch.ao-dynamic", "int8-wo") and device != "cpu":
         return f"{c.quant} uses CPU int8 kernels; on GPU try the torchao candidates"

@@ -136,7 +136,7 @@ class StaticEngine(_Engine):
 
     def __init__(self, model, device: str, max_len: int, mode: str = "eager"):
         super().__init__(model, device, max_len)
-        self.mode = mode  # eager | compile | cudagraph
+        self.mode = mode  # eager | compile | cudagraph | compile-graph
         self._slots: dict[int, dict[str, Any]] = {}
 
     def _slot(self, batch: int) -> dict[str, Any]:
@@ -151,7 +151,14 @@ class StaticEngine(_Engine):
         def step(ids, pos):
             return model(ids, past_key_values=cache, cache_position=pos, use_cache=True).logits[:, -1]
 
-        fn = torch.compile(step, dynamic=False) if self.mode == "compile" else step
+        if self.mode == "compile":
+            fn = torch.compile(step, dynamic=False)
+        elif self.mode == "compile-graph":
+            # inductor's kernels (autotuned GEMV templates, fused norms/rope), then captured as one CUDA
+            # graph below; inductor's own cudagraphs stay off so the capture is ours (one graph, fixed buffers)
+            fn = torch.compile(step, dynamic=False, mode="max-autotune-no-cudagraphs")
+        else:
+            fn = step
         slot = {"cache": cache, "fn": fn, "graph": None,
                 "ids": torch.zeros(batch, 1, dtype=torch.long, device=self.device),
                 "pos": torch.zeros(1, dtype=torch.long, device=self.device)}
@@ -172,13 +179,13 @@ class StaticEngine(_Engine):
 
         slot["ids"].copy_(tok)
         slot["pos"].fill_(pos)
-        if self.mode != "cudagraph":
+        if self.mode not in ("cudagraph", "compile-graph"):
             return slot["fn"](slot["ids"], slot["pos"])
         if slot["graph"] is None:  # warm up on a side stream, then capture one step
             s = torch.cuda.Stream()
             s.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(s):
-                for _ in range(2):
+                for _ in range(3):
                     slot["fn"](slot["ids"], slot["pos"])
             torch.cuda.current_stream().wait_stream(s)
             g = torch.cuda.CUDAGraph()

@@ -65,3 +65,25 @@ def test_int8_weight_only_close_and_smaller(tiny):
     # per-channel int8 rounding: relative error ~ 1/127 per weight, far below 5% on the logits
     assert (a - b).norm() / a.norm() < 0.05
     assert decode_bytes(q) < 0.6 * decode_bytes(base)
+
+
+def test_eager_attention_switch_keeps_greedy_tokens(tiny):
+    import copy
+
+    from infertune.llm.engine import GenerateEngine, StaticEngine
+    from infertune.llm.worker import _eager_attention
+
+    prompt = [5, 17, 42, 99, 3, 7]
+    ref = GenerateEngine(tiny, "cpu", 64).greedy(prompt, 12)
+    m = copy.deepcopy(tiny)
+    _eager_attention(m)
+    assert m.config._attn_implementation == "eager"
+    assert StaticEngine(m, "cpu", 64).greedy(prompt, 12) == ref
+
+
+def test_graph_backends_are_skipped_with_a_reason_on_cpu():
+    from infertune.llm.candidates import LMCandidate, available, default_candidates
+
+    assert any(c.backend == "cuda-graph-compile" for c in default_candidates("cuda"))
+    for b in ("cuda-graph", "cuda-graph-compile"):
+        assert available(LMCandidate(backend=b, precision="bf16"), "cpu") == "CUDA graphs need a CUDA GPU"
