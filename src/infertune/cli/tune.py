@@ -13,6 +13,13 @@ def register(app: typer.Typer) -> None:
     app.command("tune")(tune_cmd)
 
 
+def _default(field: str):
+    """TuneConfig's own default, so the CLI and the library cannot drift apart."""
+    from infertune.config import TuneConfig
+
+    return TuneConfig.model_fields[field].default
+
+
 def tune_cmd(
     model: Annotated[str, typer.Argument(help="alias (minilm, smollm2), model directory, .gguf or config.json")] = "minilm",
     workload: Annotated[Path | None, typer.Option(help="JSONL ({\"input\": ...} or {\"text\": ...}) or text, one item a line; default: built-in sample")] = None,
@@ -23,8 +30,9 @@ def tune_cmd(
     quick: Annotated[bool, typer.Option(help="fewer candidates, items and rounds (about 2 min on 2 cores)")] = False,
     out: Annotated[Path | None, typer.Option(help="output directory (default runs/<timestamp>)")] = None,
     candidates: Annotated[str | None, typer.Option(help="comma-separated substrings of candidate ids to keep, e.g. 'bf16,onnxruntime'")] = None,
-    rounds: Annotated[int, typer.Option(help="timed passes over the eval split per candidate, interleaved (after one warm-up pass); leaders get --confirm-rounds more")] = 2,
-    confirm_rounds: Annotated[int, typer.Option(help="extra interleaved passes for the 3 leaders and the baseline")] = 4,
+    rounds: Annotated[int, typer.Option(help="timed passes over the eval split per candidate, interleaved (after one warm-up pass); leaders get --confirm-rounds more")] = _default("rounds"),
+    confirm_rounds: Annotated[int, typer.Option(help="extra interleaved passes for the 3 leaders and the baseline")] = _default("confirm_rounds"),
+    tie_margin: Annotated[float, typer.Option(help="a simpler engine (eager < onnxruntime < compile) this close to the fastest wins (0.05 = 5%)")] = _default("tie_margin"),
     threads: Annotated[int | None, typer.Option(help="torch/ORT threads (default: all cores)")] = None,
     max_eval_items: Annotated[int | None, typer.Option(help="cap on eval items (stratified by length)")] = None,
     pooling: Annotated[str | None, typer.Option(help="override pooling for plain HF encoders: mean|cls|max|last")] = None,
@@ -48,7 +56,7 @@ def tune_cmd(
         model=model, workload=workload, device=device, slo=SLO(p99_ms=slo_p99_ms),
         accuracy=AccuracyBudget(min_cosine_mean=min_cosine, min_cosine_min=min_cosine_min), quick=quick, out=out,
         candidates=[c.strip() for c in candidates.split(",") if c.strip()] if candidates else None,
-        rounds=rounds, confirm_rounds=confirm_rounds, threads=threads, max_eval_items=max_eval_items, pooling=pooling,
+        rounds=rounds, confirm_rounds=confirm_rounds, tie_margin=tie_margin, threads=threads, max_eval_items=max_eval_items, pooling=pooling,
         lm_accuracy=LMAccuracyBudget(max_ppl_delta_rel=max_ppl_delta, min_top1_agreement=min_top1),
         lm_batches=_batches(lm_batches), lm_time_budget_s=lm_time_budget,
     )
