@@ -24,7 +24,7 @@ def test_quick_tune_writes_contract_results_report_and_artifact(quick_run):
             assert {"cosine_mean", "cosine_min", "topk_overlap"} <= set(c["accuracy"])
     win = res["winner"]
     assert win["accuracy"]["cosine_mean"] >= 0.995 and win["accuracy"]["cosine_min"] >= 0.98
-    # the SLO is checked on the median of per-pass P99s (docs/architecture.md: the SLO statistic)
+    # the SLO is checked on the lower quartile of per-pass P99s (docs/architecture.md: the SLO statistic)
     assert win["measurement"]["slo_p99_ms"] <= res["config"]["slo"]["p99_ms"]
     assert win["measurement"]["p99_per_pass_ms"] and win["latency_ms"]["p99"] >= win["latency_ms"]["p50"]
     assert res["workload"]["n_items"] == 1000 and res["workload"]["over_limit"] >= 20
