@@ -7,7 +7,8 @@ bounded queues so tokenization of the next requests overlaps the current forward
   (400 naming the limit) or truncated;
 - batcher (1 thread): once an item is ready it waits at most `max_wait_ms` for company, or less when
   a full budget is already there; the window is length-sorted and packed under the padded-token budget
-  by `batching.plan_batches`, then collated;
+  by `batching.plan_batches`, then collated; a window that holds more than one budget (load) is packed
+  under `max_batch_tokens` instead: fewer, larger batches;
 - forward (1 thread, owns the model, or drives the supervised worker process of supervisor.py): a batch
   that raises fails only its own requests (500; 503 when the worker died or is restarting);
 - post-process (1 thread): normalises, scatters rows back to requests, renders finished responses.
@@ -85,6 +86,8 @@ class Engine:
         self.batches = 0
         self.items = 0
         self._batching = Batching(kind="tokens", size=settings.batch_tokens, max_items=settings.max_batch_items)
+        self._grown = Batching(kind="tokens", size=max(settings.max_batch_tokens, settings.batch_tokens),
+                               max_items=settings.max_batch_items)
         metrics.watch_queue("tokenize", self._tok_q.qsize)
         metrics.watch_queue("batch", lambda: len(self._ready))
         metrics.watch_queue("forward", self._batch_q.qsize)
@@ -232,7 +235,10 @@ class Engine:
             if not window:
                 continue
             lengths = [len(it.ids) for it in window]
-            for b in plan_batches(lengths, self._batching):
+            plan = plan_batches(lengths, self._batching)
+            if len(plan) > 1 and self._grown.size > self._batching.size:  # under load: fewer, larger batches
+                plan = plan_batches(lengths, self._grown)
+            for b in plan:
                 items = [window[i] for i in b]
                 now = time.perf_counter()
                 for it in items:

@@ -67,3 +67,68 @@ def test_import_is_light_and_serve_is_callable():
     code = ("import sys, infertune, infertune.serve; assert callable(infertune.serve); "
             "assert 'torch' not in sys.modules and 'fastapi' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_batches_grow_under_load_only_up_to_the_cap():
+    s = resolve_settings(ServeConfig(), {"device": "cpu", "tune": {"batch_token_budget": 512}})
+    assert (s.batch_tokens, s.max_batch_tokens, s.sources["max_batch_tokens"]) == (512, 2048, "default")
+    off = resolve_settings(ServeConfig(max_batch_tokens=512), {"device": "cpu", "tune": {"batch_token_budget": 512}})
+    assert off.max_batch_tokens == 512 and off.sources["max_batch_tokens"] == "flag"
+    assert resolve_settings(ServeConfig(batch_tokens=4096, max_batch_tokens=100), None).max_batch_tokens == 4096
+
+
+def _engine_batches(max_batch_tokens: int) -> list[tuple[int, int]]:
+    """Queue 32 ten-token items at once through the real Engine with a stand-in embedder; return the
+    (items, padded tokens) of each forward pass."""
+    import asyncio
+
+    from infertune.serve.config import Settings
+    from infertune.serve.engine import Engine
+    from infertune.serve.metrics import Metrics
+    from infertune.serve.schema import EmbeddingRequest
+
+    seen: list[tuple[int, int]] = []
+
+    class Spec:
+        max_length, dim = 64, 4
+
+    class Emb:
+        spec = Spec()
+
+        def token_ids(self, texts):
+            return [[1] * 10 for _ in texts]
+
+        def collate(self, ids):
+            return {"input_ids": np.ones((len(ids), max(map(len, ids))), dtype=np.int64)}
+
+        def forward(self, batch):
+            seen.append(batch["input_ids"].shape)
+            return np.ones((batch["input_ids"].shape[0], 4), dtype=np.float32)
+
+        def postprocess(self, v):
+            return v
+
+        def synchronize(self):
+            pass
+
+    st = Settings(batch_tokens=64, max_batch_tokens=max_batch_tokens, max_batch_items=256, max_wait_ms=50,
+                  tokenize_workers=1, threads=None, device="cpu")
+    eng = Engine(Emb(), st, Metrics())
+    eng.start()
+
+    async def go():
+        reqs = [EmbeddingRequest(texts=["x"], ids=None, model="m", encoding_format="float") for _ in range(32)]
+        return await asyncio.gather(*(eng.submit(r, "m", 10) for r in reqs))
+
+    out = asyncio.run(go())
+    eng.stop()
+    assert len(out) == 32
+    return [(int(a), int(a * b)) for a, b in seen]
+
+
+def test_engine_packs_a_loaded_window_into_fewer_larger_batches():
+    fixed = _engine_batches(64)
+    grown = _engine_batches(256)
+    assert all(tok <= 64 for _, tok in fixed) and sum(n for n, _ in fixed) == 32
+    assert all(tok <= 256 for _, tok in grown) and sum(n for n, _ in grown) == 32
+    assert max(n for n, _ in grown) > max(n for n, _ in fixed) and len(grown) < len(fixed)
