@@ -101,7 +101,7 @@ class TuneConfig(BaseModel):
     max_eval_items: int | None = None
     rounds: int = Field(2, ge=1, description="timed passes over the eval split per candidate, interleaved")
     confirm_rounds: int = Field(8, ge=0, description="extra interleaved passes for the leaders and the baseline")
-    tie_margin: float = Field(0.05, ge=0, lt=1, description=(
+    tie_margin: float = Field(0.10, ge=0, lt=1, description=(
         "a simpler engine (eager < onnxruntime < compile) within this fraction of the fastest eligible "
         "candidate's items/s wins instead: the difference is inside the run-to-run noise"))
     candidate_timeout_s: float = Field(600, gt=0)

@@ -29,9 +29,9 @@ def pick(eligible: list[CandidateResult], tie_margin: float) -> tuple[CandidateR
 
 
 def slo_p99(r: CandidateResult) -> float | None:
-    """The P99 checked against the SLO: each timed pass's P99 batch latency, lower quartile over passes
-    (measure.py says why). Passes disturbed by the machine (another tenant, a GC pause) then cannot flip
-    the decision; the pooled P99 over all passes is reported beside it."""
+    """The P99 checked against the SLO: each batch's latency, median over passes (every pass runs the same
+    batches), then the P99 over batches (measure.py says why). Passes disturbed by the machine (another
+    tenant, a GC pause) then cannot flip the decision; the pooled P99 is reported beside it."""
     m = r.measurement
     if m is not None and m.slo_p99_ms is not None:
         return m.slo_p99_ms
@@ -72,7 +72,7 @@ def decide(result: TuneResult, cfg: TuneConfig) -> None:
         if r.meets_accuracy is False:
             reasons.append(r.reason or "accuracy below budget")
         if not r.meets_slo:
-            reasons.append(f"P99 batch latency {p99:.1f} ms (lower quartile of per-pass P99s) > SLO {slo:g} ms")
+            reasons.append(f"P99 batch latency {p99:.1f} ms (batch medians over passes) > SLO {slo:g} ms")
         if base is not None and r.name == base.name:
             r.status, r.reason = "ok", "; ".join(["naive baseline", *reasons])
             continue
@@ -96,7 +96,7 @@ def decide(result: TuneResult, cfg: TuneConfig) -> None:
     m = win.measurement
     spread = f" ({m.items_per_s_estimator}, median {m.items_per_s_median or 0:.1f}, n={m.passes} passes, range {m.items_per_s_spread[0]:.1f}-{m.items_per_s_spread[1]:.1f})" if m else ""
     lines.append(f"Winner: {win.name} at {win.items_per_s:.1f} items/s{spread}, P99 batch latency "
-                 f"{slo_p99(win):.1f} ms (lower quartile of per-pass P99s; pooled {win.latency_ms.p99:.1f}) vs SLO {slo:g} ms, mean cosine {win.accuracy.cosine_mean:.5f}, "
+                 f"{slo_p99(win):.1f} ms (of batch medians over passes; pooled {win.latency_ms.p99:.1f}) vs SLO {slo:g} ms, mean cosine {win.accuracy.cosine_mean:.5f}, "
                  f"min {win.accuracy.cosine_min:.5f}.")
     if fastest is not win:
         lines.append(f"{fastest.name} measured {(_speed(fastest) / _speed(win) - 1) * 100:.1f}% faster, inside the "

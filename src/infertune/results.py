@@ -60,7 +60,7 @@ class Measurement(BaseModel):
     items_per_pass: int
     padding_ratio: float  # padded tokens / real tokens
     p99_per_pass_ms: list[float] = []  # P99 batch latency of each timed pass
-    slo_p99_ms: float | None = None  # lower quartile of p99_per_pass_ms: the figure the SLO is checked against
+    slo_p99_ms: float | None = None  # P99 over batches of each batch's median across passes: checked against the SLO
     peak_rss_mb: float | None = None
     peak_gpu_mb: float | None = None
     passes: int
