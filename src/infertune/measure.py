@@ -1,11 +1,13 @@
-"""Turn timed passes into statistics: items/s over passes (upper quartile, with the median and the range
+"""Turn timed passes into statistics: items/s over passes (the best pass, with the median and the range
 beside it), per-batch latency percentiles over every batch of every pass, tokens/s and padding.
 
-Why the upper quartile: on shared CPUs, interference from other tenants only ever slows a pass (a
-matmul loop on the idle 2-core CI box swings between 190 and 520 iterations/s over minutes; see
-docs/measurement.md). The slow passes measure the neighbours, not the candidate. A low-percentile-of-time
-(high-percentile-of-throughput) estimator is the standard answer (timeit's min, BenchmarkTools.jl's
-minimum); the 75th percentile keeps that robustness without resting on a single extreme pass.
+Why the best pass: on shared CPUs, interference from other tenants only ever slows a pass (a matmul
+loop on the idle 2-core CI box swings between 190 and 520 iterations/s over minutes; see
+docs/measurement.md). The slow passes measure the neighbours, not the candidate, and no pass runs faster
+than the undisturbed machine. The minimum time is the standard answer (timeit's documentation,
+BenchmarkTools.jl's default estimator). Over three consecutive `make demo` runs the leaders' best pass
+moved by at most 10% (the baseline 14%), their medians by up to 42% and their upper quartiles by up to 35%
+(docs/measurement.md). The median and every pass are kept in the record, so nothing is hidden.
 The SLO figure removes the same noise batch by batch: every pass runs the same batches in the same
 order, so each batch has one latency per pass; its median over passes is that batch's latency with the
 disturbed passes voted out (fewer than half of them may be disturbed), and the P99 over batches of those
@@ -22,7 +24,7 @@ import numpy as np
 
 from infertune.results import Latency, Measurement
 
-ESTIMATOR_PERCENTILE = 75  # items_per_s = this percentile of the per-pass throughputs (see module doc)
+ESTIMATOR_PERCENTILE = 100  # items_per_s = this percentile of the per-pass throughputs: the best pass
 
 
 def latency_stats(samples_ms: Sequence[float]) -> Latency:
@@ -49,7 +51,7 @@ def summarize(passes: Sequence[dict[str, Any]], peak_rss_mb: float | None = None
     slo = _batchwise_p99(passes) if per_pass else None
     return Measurement(
         items_per_s=robust, items_per_s_median=float(np.median(ips)),
-        items_per_s_estimator=f"p{ESTIMATOR_PERCENTILE} of per-pass items/s", items_per_s_runs=[round(x, 2) for x in ips],
+        items_per_s_estimator=("best pass" if ESTIMATOR_PERCENTILE == 100 else f"p{ESTIMATOR_PERCENTILE} of passes"), items_per_s_runs=[round(x, 2) for x in ips],
         items_per_s_spread=(float(min(ips)), float(max(ips))), tokens_per_s=tokens / walls,
         padded_tokens_per_s=padded / walls, latency_ms=latency_stats(lat),
         batches_per_pass=int(passes[0]["batches"]), items_per_pass=int(passes[0]["items"]),

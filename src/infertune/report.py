@@ -26,7 +26,7 @@ def print_summary(result: TuneResult) -> None:
     if not con.is_terminal:
         con = Console(stderr=True, width=200)
     t = Table(title=f"infertune tune: {result.model} ({result.config.get('device')})", show_lines=False)
-    for col in ("candidate", "status", "items/s (n)", "median", "range", "P50 ms", "P99 ms", "cos mean",
+    for col in ("candidate", "status", "items/s best (n)", "median", "range", "P50 ms", "P99 ms", "cos mean",
                 "cos min", "top10", "vs naive"):
         t.add_column(col, justify="left" if col in ("candidate", "status") else "right")
     order = sorted(result.candidates, key=lambda r: -(r.items_per_s or 0))
@@ -83,7 +83,7 @@ def _plots(result: TuneResult) -> dict[str, str]:
         ax.axhline(1 - result.config["accuracy"]["min_cosine_mean"], color="red", lw=1, ls=":",
                    label="accuracy budget")
         ax.set_yscale("log")
-        ax.set_xlabel("items/s (upper quartile of passes)")
+        ax.set_xlabel("items/s (best pass)")
         ax.set_ylabel("1 - mean cosine vs fp32 (log)")
         ax.set_title("Speed vs accuracy (Pareto front dashed, winner green)")
         ax.legend()
@@ -142,7 +142,7 @@ td,th{{border:1px solid #ccc;padding:3px 6px}}tr.rejected{{color:#a60}}tr.failed
 svg{{max-width:100%;height:auto}}</style></head><body>
 <h1>infertune tune: {e(result.model)}</h1>
 <p>{'<br>'.join(e(x) for x in result.decision)}</p>
-<h2>Candidates</h2><table><tr><th>candidate</th><th>status</th><th>items/s (p75 of passes)</th><th>median</th><th>n</th><th>range</th>
+<h2>Candidates</h2><table><tr><th>candidate</th><th>status</th><th>items/s (best pass)</th><th>median</th><th>n</th><th>range</th>
 <th>P50 ms</th><th>P95 ms</th><th>P99 ms</th><th>cos mean</th><th>cos min</th><th>top-10</th><th>vs naive</th><th>reason</th></tr>
 {''.join(rows)}</table>
 {sections}

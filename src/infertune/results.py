@@ -48,7 +48,7 @@ class Accuracy(BaseModel):
 class Measurement(BaseModel):
     """Throughput and latency of one candidate over repeated passes of the eval split."""
 
-    items_per_s: float  # upper quartile of the per-pass figures (measure.py says why)
+    items_per_s: float  # the best pass (measure.py says why); the median is beside it
     items_per_s_median: float | None = None
     items_per_s_estimator: str = "median of per-pass items/s"
     items_per_s_runs: list[float]  # one figure per timed pass
