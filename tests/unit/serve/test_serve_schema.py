@@ -1,9 +1,11 @@
+
 """Request parsing, response rendering and settings resolution for `serve` (no server, no model)."""
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 
 import numpy as np
 import pytest
@@ -55,7 +57,8 @@ def test_settings_flag_beats_artifact_beats_default():
     s = resolve_settings(ServeConfig(max_batch_items=8), manifest)
     assert (s.batch_tokens, s.sources["batch_tokens"]) == (2048, "artifact")
     assert (s.max_batch_items, s.sources["max_batch_items"]) == (8, "flag")
-    assert s.max_wait_ms == 4.0 and s.threads == 2
+    assert s.max_wait_ms == 4.0
+    assert s.threads == max(1, (os.cpu_count() or 2) - 1) and s.sources["threads"] == "default"
     d = resolve_settings(ServeConfig(device="cuda"), None)
     assert d.batch_tokens == 16384 and d.sources["batch_tokens"] == "default"
 
@@ -70,8 +73,10 @@ def test_import_is_light_and_serve_is_callable():
 
 
 def test_batches_grow_under_load_only_up_to_the_cap():
-    s = resolve_settings(ServeConfig(), {"device": "cpu", "tune": {"batch_token_budget": 512}})
+    s = resolve_settings(ServeConfig(), {"device": "cuda", "tune": {"batch_token_budget": 512}})
     assert (s.batch_tokens, s.max_batch_tokens, s.sources["max_batch_tokens"]) == (512, 2048, "default")
+    c = resolve_settings(ServeConfig(), {"device": "cpu", "tune": {"batch_token_budget": 512}})
+    assert c.max_batch_tokens == 512  # no growth on CPU by default
     off = resolve_settings(ServeConfig(max_batch_tokens=512), {"device": "cpu", "tune": {"batch_token_budget": 512}})
     assert off.max_batch_tokens == 512 and off.sources["max_batch_tokens"] == "flag"
     assert resolve_settings(ServeConfig(batch_tokens=4096, max_batch_tokens=100), None).max_batch_tokens == 4096
