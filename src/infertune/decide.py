@@ -20,12 +20,13 @@ def _rank(r: CandidateResult) -> int:
 
 
 def pick(eligible: list[CandidateResult], tie_margin: float) -> tuple[CandidateResult, CandidateResult]:
-    """(winner, fastest). The fastest eligible candidate wins unless a simpler engine is within
-    `tie_margin` of it: such a gap is inside the run-to-run noise, and the simpler engine is the one
-    that builds faster and breaks less (a compile step, an export, a second runtime)."""
+    """(winner, fastest). Candidates within `tie_margin` of the fastest eligible one are tied: such a
+    gap is inside the run-to-run noise. Among them the simplest engine wins (it builds faster and breaks
+    less: no compile step, no export, no second runtime), then the lowest SLO P99 (at equal throughput,
+    smaller batches answer sooner), then the higher throughput."""
     fastest = max(eligible, key=_speed)
     close = [r for r in eligible if _speed(r) >= (1 - tie_margin) * _speed(fastest)]
-    return min(close, key=lambda r: (_rank(r), -_speed(r))), fastest
+    return min(close, key=lambda r: (_rank(r), slo_p99(r) or 0.0, -_speed(r))), fastest
 
 
 def slo_p99(r: CandidateResult) -> float | None:
@@ -99,8 +100,10 @@ def decide(result: TuneResult, cfg: TuneConfig) -> None:
                  f"{slo_p99(win):.1f} ms (of batch medians over passes; pooled {win.latency_ms.p99:.1f}) vs SLO {slo:g} ms, mean cosine {win.accuracy.cosine_mean:.5f}, "
                  f"min {win.accuracy.cosine_min:.5f}.")
     if fastest is not win:
+        why = (f"the simpler engine ({win.candidate.get('backend')})" if _rank(win) < _rank(fastest) else
+               f"the lower P99 ({slo_p99(win):.1f} vs {slo_p99(fastest):.1f} ms)")
         lines.append(f"{fastest.name} measured {(_speed(fastest) / _speed(win) - 1) * 100:.1f}% faster, inside the "
-                     f"{cfg.tie_margin:.0%} tie margin: the simpler engine ({win.candidate.get('backend')}) is chosen.")
+                     f"{cfg.tie_margin:.0%} tie margin: {why} is chosen.")
     if base_speed:
         lines.append(f"That is {win.items_per_s / base_speed:.2f}x the naive baseline ({base.name}, "
                      f"{base_speed:.1f} items/s, measured in the same run).")

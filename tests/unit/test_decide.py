@@ -63,3 +63,14 @@ def test_a_clearly_faster_complex_engine_still_wins():
                    _b("eager", "torch-eager", 255.0)])
     decide(res, TuneConfig(slo=SLO(p99_ms=100), tie_margin=0.0))
     assert res.winner.name == "compiled"
+
+
+def test_within_the_margin_the_same_engine_with_the_lower_p99_wins():
+    big = _b("eager-2048", "torch-eager", 311.6)
+    big.latency_ms = Latency(p50=70, p99=81.0, n=10)
+    small = _b("eager-1024", "torch-eager", 298.9)
+    small.latency_ms = Latency(p50=40, p99=55.0, n=10)
+    res = _result([_r("st-naive/fp32/batch-32", 50, 900, 1.0), big, small])
+    decide(res, TuneConfig(slo=SLO(p99_ms=100), tie_margin=0.10))
+    assert res.winner.name == "eager-1024"
+    assert any("lower P99" in line for line in res.decision)

@@ -175,7 +175,11 @@ class SupervisedModel(Embedder):
             wait([proc.sentinel])
             if self._closing:
                 return
-            proc.join(1)
+            # the sentinel can fire a moment before the exit status is collected (seen once in CI: the
+            # restart was logged as "still running"); wait for the status, briefly
+            deadline = time.monotonic() + 5
+            while proc.exitcode is None and time.monotonic() < deadline:
+                proc.join(0.1)
             with self._lock:
                 self._up = False
                 self.restarts += 1
