@@ -113,6 +113,7 @@ def decide(result: TuneResult, cfg: TuneConfig) -> None:
     others = sorted((r for r in eligible if r.name != win.name), key=_speed, reverse=True)
     if others:
         r = others[0]
-        lines.append(f"Runner-up: {r.name} at {r.items_per_s:.1f} items/s "
-                     f"({(_speed(win) / _speed(r) - 1) * 100:.0f}% slower).")
+        gap = (_speed(r) / _speed(win) - 1) * 100
+        lines.append(f"Runner-up: {r.name} at {r.items_per_s:.1f} items/s ("
+                     + (f"{gap:.1f}% faster, tied as above)." if gap > 0 else f"{-gap:.0f}% slower)."))
     result.decision = lines
