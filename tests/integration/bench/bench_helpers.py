@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
+
 ROOT = Path(__file__).resolve().parents[3]
 STUB = ROOT / "tests" / "fixtures" / "openai_stub.py"
 
@@ -59,3 +61,21 @@ def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
            "HF_HUB_OFFLINE": "1"}
     return subprocess.run([sys.executable, "-m", "infertune.cli.main", *args], capture_output=True, text=True,
                           timeout=timeout, env=env)
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float, log: Path, fallback: str | None = None) -> None:
+    """Poll url until 200; if it answers 404 (route absent), poll fallback instead."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}; last log:\n{log.read_text()[-3000:]}")
+        try:
+            code = httpx.get(url, timeout=2).status_code
+            if code == 200:
+                return
+            if code == 404 and fallback:
+                url, fallback = fallback, None
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"{url} not healthy after {timeout} s; last log:\n{log.read_text()[-3000:]}")
