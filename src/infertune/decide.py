@@ -109,7 +109,9 @@ def decide(result: TuneResult, cfg: TuneConfig) -> None:
                      f"{base_speed:.1f} items/s, measured in the same run).")
     faster = [r for r in result.candidates if _speed(r) > _speed(win) and r.name not in (win.name, fastest.name)]
     for r in sorted(faster, key=_speed, reverse=True)[:3]:
-        lines.append(f"Faster but not chosen: {r.name} ({r.items_per_s:.1f} items/s): {r.reason or r.status}.")
+        why = r.reason or (f"tied with the winner within the {cfg.tie_margin:.0%} margin; the winner is the simpler "
+                           "engine or answers sooner" if r.status == "ok" else r.status)
+        lines.append(f"Faster but not chosen: {r.name} ({r.items_per_s:.1f} items/s): {why}.")
     others = sorted((r for r in eligible if r.name != win.name), key=_speed, reverse=True)
     if others:
         r = others[0]
