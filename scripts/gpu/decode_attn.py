@@ -9,23 +9,14 @@ import sys
 import torch
 
 sys.path.insert(0, "scripts/gpu")
-from decode_probe import SHAPE, bandwidth, graphed, log, med, naive  # noqa: E402
+from decode_probe import bandwidth, build_model, graphed, log, med, naive, prompt_ids  # noqa: E402
 
 MODE = "max-autotune-no-cudagraphs"
 
 
-def build(attn):
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    torch.manual_seed(0)
-    cfg = AutoConfig.for_model(**SHAPE)
-    with torch.device("cuda"):
-        return AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16, attn_implementation=attn).eval()
-
-
 def main():
     bw = bandwidth()
-    ids = torch.randint(0, SHAPE["vocab_size"], (1, 64), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+    ids = prompt_ids()
     rows = []
     ref = None
     for label, attn, cudnn, max_len in (("sdpa cudnn (current) L512", "sdpa", True, 512),
@@ -33,7 +24,7 @@ def main():
                                         ("sdpa no-cudnn L256", "sdpa", False, 256),
                                         ("eager-attn L512", "eager", True, 512),
                                         ("eager-attn L256", "eager", True, 256)):
-        model = build(attn)
+        model = build_model(attn)
         roof = sum(p.numel() for p in model.parameters()) * 2 / (bw * 1e9) * 1000
         if ref is None:
             _, ref = naive(model, ids)

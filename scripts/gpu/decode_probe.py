@@ -31,21 +31,25 @@ def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
 
-def bandwidth(mib=2048, reps=20):
-    a = torch.empty(mib * 2**20, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    for _ in range(3):
-        b.copy_(a)
-    ts = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        b.copy_(a)
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e) / 1000)
-    gbs = sorted(2 * mib * 2**20 / t / 1e9 for t in ts)
-    return gbs[len(gbs) // 2]
+def bandwidth():
+    """Device copy bandwidth, GB/s: llm_h200.py's measurement (the roofline's denominator there too)."""
+    from llm_h200 import bandwidth as measured
+
+    return measured(torch)["gb_per_s"]
+
+
+def build_model(attn="sdpa"):
+    """The Qwen3-0.6B shape with seeded random bf16 weights (same weights on every call)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        return AutoModelForCausalLM.from_config(AutoConfig.for_model(**SHAPE), dtype=torch.bfloat16,
+                                                attn_implementation=attn).eval()
+
+
+def prompt_ids():
+    return torch.randint(0, SHAPE["vocab_size"], (1, 64), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
 
 
 def med(xs):
@@ -192,17 +196,12 @@ def kernels_per_step(model):
 
 
 def main():
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    torch.manual_seed(0)
     bw = bandwidth()
-    cfg = AutoConfig.for_model(**SHAPE)
-    with torch.device("cuda"):
-        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).eval()
+    model = build_model()
     nbytes = sum(p.numel() for p in model.parameters()) * 2
     roof = nbytes / (bw * 1e9) * 1000
     log(f"bandwidth {bw:.0f} GB/s; weights {nbytes / 1e9:.3f} GB; roofline {roof:.3f} ms/step")
-    ids = torch.randint(0, cfg.vocab_size, (1, 64), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+    ids = prompt_ids()
     res = {"bandwidth_gb_s": bw, "weight_gb": nbytes / 1e9, "roofline_ms": roof, "variants": {}}
     nv, ref = naive(model, ids)
     res["variants"]["naive"] = {"wall_ms": med(nv)}

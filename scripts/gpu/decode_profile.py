@@ -10,7 +10,7 @@ import sys
 import torch
 
 sys.path.insert(0, "scripts/gpu")
-from decode_probe import SHAPE, bandwidth, graphed, log, med  # noqa: E402
+from decode_probe import bandwidth, build_model, graphed, log, med, prompt_ids  # noqa: E402
 
 
 def profile(model, mode):
@@ -41,15 +41,10 @@ def profile(model, mode):
 
 
 def main():
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    torch.manual_seed(0)
     bw = bandwidth()
-    cfg = AutoConfig.for_model(**SHAPE)
-    with torch.device("cuda"):
-        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).eval()
+    model = build_model()
     roof = sum(p.numel() for p in model.parameters()) * 2 / (bw * 1e9) * 1000
-    ids = torch.randint(0, cfg.vocab_size, (1, 64), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+    ids = prompt_ids()
     for mode in ("default", "max-autotune-no-cudagraphs"):
         torch._dynamo.reset()
         profile(model, None if mode == "default" else mode)
