@@ -98,10 +98,11 @@ def resolve_settings(cfg: ServeConfig, manifest: dict[str, Any] | None) -> Setti
         max_wait_ms=pick("max_wait_ms", cfg.max_wait_ms, measured_wait, 5.0 if cpu else 2.0),
         tokenize_workers=pick("tokenize_workers", cfg.tokenize_workers, None,
                               1 if (os.cpu_count() or 1) < 8 else 2),
-        # tune timed the model alone; a server shares the CPU with HTTP, tokenization and rendering, and an
-        # intra-op thread that loses its core stalls every OpenMP barrier: leave one core to the rest
-        # (MiniLM bf16 served at c=32 on 2 cores: 147 items/s with 1 thread vs 124 with 2)
-        threads=pick("threads", cfg.threads, None, max(1, (os.cpu_count() or 2) - 1) if cpu else None),
+        # all cores by default (torch's own default). Session 2 left one core to HTTP and tokenization
+        # (147 vs 124 items/s), but that was with batches formed ahead of the model; since batches are
+        # pulled when the model is free they are larger, and 2 threads won every round (MiniLM bf16,
+        # 2-core box, c=32, 3 interleaved rounds: 166/161/149 items/s vs 131/138/109 with 1 thread)
+        threads=pick("threads", cfg.threads, None, None),
         device=device,
         sources=sources,
     )

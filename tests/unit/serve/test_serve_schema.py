@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 
 import numpy as np
 import pytest
@@ -58,7 +57,7 @@ def test_settings_flag_beats_artifact_beats_default():
     assert (s.batch_tokens, s.sources["batch_tokens"]) == (2048, "artifact")
     assert (s.max_batch_items, s.sources["max_batch_items"]) == (8, "flag")
     assert s.max_wait_ms == 4.0
-    assert s.threads == max(1, (os.cpu_count() or 2) - 1) and s.sources["threads"] == "default"
+    assert s.threads is None and s.sources["threads"] == "default"  # torch default: all cores
     d = resolve_settings(ServeConfig(device="cuda"), None)
     assert d.batch_tokens == 16384 and d.sources["batch_tokens"] == "default"
 
