@@ -98,7 +98,6 @@ class Qwen3Decode:
         return x * cos + torch.cat([-x2, x1], -1) * sin
 
     def step(self):
-        import torch
         import torch.nn.functional as F
 
         x = self.embed.index_select(0, self.tok).view(1, 1, self.h)

@@ -235,6 +235,11 @@ def _load(st: State) -> None:
 
     t0 = time.perf_counter()
     try:
+        if st.settings.device == "cpu":
+            from infertune.serve.memory import bound_cpu_memory
+
+            if done := bound_cpu_memory():
+                print(f"memory: {', '.join(done)} (see infertune/serve/memory.py)", file=sys.stderr, flush=True)
         if st.cfg.worker_process:
             from infertune.serve.supervisor import SupervisedModel
 

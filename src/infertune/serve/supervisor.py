@@ -62,6 +62,10 @@ def _child_main(conn: Any, model: str, device: str, threads: int | None, warmup:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
+        if device == "cpu":
+            from infertune.serve.memory import bound_cpu_memory
+
+            bound_cpu_memory()
         if threads:
             import torch
 

@@ -98,6 +98,7 @@ def _engine_batches(max_batch_tokens: int) -> list[tuple[int, int]]:
 
     class Emb:
         spec = Spec()
+        pad_id = 0
 
         def token_ids(self, texts):
             return [[1] * 10 for _ in texts]
