@@ -31,7 +31,8 @@ def serve_minilm(tmp_path_factory):
     log = tmp_path_factory.mktemp("serve") / "server.log"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
     with open(log, "w") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "infertune.cli.main", "serve", "minilm", "--port", str(port)],
+        proc = subprocess.Popen([sys.executable, "-m", "infertune.cli.main", "serve", "minilm", "--port", str(port),
+                                 "--truncate"],
                                 stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
         wait_healthy(f"http://127.0.0.1:{port}/ready", proc, 240, log, fallback=f"http://127.0.0.1:{port}/v1/models")

@@ -49,8 +49,14 @@ def test_asked_for_more_than_it_can_send_reports_own_saturation(stub):
 def test_stall_shows_in_p99(stub):
     # server freezes 1 s every 5 s; at 100 req/s about 20% of requests are scheduled inside a freeze
     url = stub("stall")
-    res = bench(BenchConfig(url=url, rates=[100], duration=6, warmup=0.5, metrics_url=""))
-    p = res.points[0]
+    for attempt in range(2):
+        res = bench(BenchConfig(url=url, rates=[100], duration=6, warmup=0.5, metrics_url=""))
+        p = res.points[0]
+        # bench flags its own lag honestly (invalid point); on a shared 2-core box another tenant can starve
+        # the client for half a second (seen in CI), so such a run is repeated once, never accepted
+        if p.valid or "fell behind" not in (p.invalid_reason or ""):
+            break
+        print(f"attempt {attempt + 1} invalid, repeated: {p.invalid_reason}")
     assert p.valid, p.invalid_reason
     assert p.latency_ms.p99 >= 900
     assert p.latency_ms.p50 < 200
