@@ -93,11 +93,11 @@ def _short_texts() -> list[str]:
 
 @pytest.mark.slow
 def test_soak_no_errors(minilm_server):
-    """The full 60 s figure comes from `scripts/bench_serve_vs_naive.py soak`; 12 s here."""
+    """The full 60 s figure comes from `scripts/bench_serve_vs_naive.py soak`; 8 s here."""
     rss0 = minilm_server.rss_mb()
-    res = bench.run_load(minilm_server.url, "minilm", 64, 12.0, warmup_s=1.0, texts=_short_texts())
+    res = bench.run_load(minilm_server.url, "minilm", 64, 8.0, warmup_s=1.0, texts=_short_texts())
     rss1 = minilm_server.rss_mb()
-    print(f"soak c=64 12 s: n={res['requests']} errors={res['errors']} P50 {res['p50_ms']:.0f} ms P99 "
+    print(f"soak c=64 8 s: n={res['requests']} errors={res['errors']} P50 {res['p50_ms']:.0f} ms P99 "
           f"{res['p99_ms']:.0f} ms; RSS {rss0:.0f} -> {rss1:.0f} MiB", file=sys.stderr)
     assert res["requests"] > 0 and res["errors"] == 0, res["statuses"]
 
@@ -117,7 +117,7 @@ def test_batching_beats_naive_server(tuned_artifact):
         for r in range(2):
             for name, srv in ([("ours", ours_srv), ("naive", naive)] if r == 0 else
                               [("naive", naive), ("ours", ours_srv)]):
-                runs[name].append(bench.run_load(srv.url, "minilm", 32, 6.0, warmup_s=1.5, texts=texts, seed=r))
+                runs[name].append(bench.run_load(srv.url, "minilm", 32, 4.0, warmup_s=1.0, texts=texts, seed=r))
     finally:
         naive.stop()
         ours_srv.stop()

@@ -109,6 +109,26 @@ def test_search_brackets_bisects_and_repeats(capacity):
     assert calls.count(res.max_load) >= 2  # the answer was measured again
 
 
+def test_search_steps_down_past_failed_confirmations():
+    """A noisy knee: the bisection's answer fails its repeat, and so does the first load below it, once.
+    The search keeps stepping down until a load passes every repeat (it used to give up: met=False)."""
+    slo = parse_slo("p99_e2e_ms<=100", 0.01, False)
+    calls: list = []
+
+    def run(load):
+        calls.append(load)
+        n = calls.count(load)
+        # above 34 always fails; (31, 34] passes only its first try (the bisection's), fails its repeats;
+        # (29, 31] fails its first try (the first step down); 29 and below pass
+        bad = load > 34 or (31 < load <= 34 and n > 1) or (29 < load <= 31 and n == 1)
+        return Point(offered=Offered(rate=load), n=100, ok=100, latency_ms=Percentiles(p99=1000 if bad else 10))
+
+    res = search(run, slo, over="rate", start=5, tolerance=0.05, repeats=2)
+    assert res.met and res.max_load is not None and res.max_load <= 31, res.steps
+    assert calls.count(res.max_load) >= 2
+    assert any("FAIL" in s for s in res.steps[-4:])  # it did see failed confirmations on the way down
+
+
 def test_search_over_concurrency_is_integer_and_reports_never_met():
     slo = parse_slo("p99_e2e_ms<=100", 0.01, False)
     res = search(_fake_run(13, []), slo, over="concurrency", start=1, tolerance=0.05, repeats=2)
