@@ -102,6 +102,23 @@ def test_soak_no_errors(minilm_server):
     assert res["requests"] > 0 and res["errors"] == 0, res["statuses"]
 
 
+def _served_equals_direct(url: str, artifact, texts: list[str]) -> None:
+    """The tuned artifact served (batched with other requests, padded) equals the artifact run directly."""
+    import numpy as np
+
+    from infertune.artifact import load_model
+
+    want = load_model(str(artifact), "cpu").embed(texts)
+    with ThreadPoolExecutor(16) as pool:
+        rows = list(pool.map(lambda t: embed(url, t).json()["data"][0]["embedding"], texts))
+    got = np.array(rows, dtype=np.float32)
+    cos = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+    print(f"tuned artifact served vs direct, n={len(cos)}: cosine min {cos.min():.6f}, mean {cos.mean():.6f}",
+          file=sys.stderr)
+    assert cos.min() >= 0.9999
+    assert (np.argmax(got @ want.T, axis=1) == np.arange(len(texts))).all()  # same order
+
+
 @pytest.mark.slow
 def test_batching_beats_naive_server(tuned_artifact):
     """Same model, same box, side by side: `infertune serve` of the artifact `tune` wrote (as a user runs
@@ -113,6 +130,7 @@ def test_batching_beats_naive_server(tuned_artifact):
         ours_srv.wait_ready()
         naive.wait_ready()
         texts = _short_texts()
+        _served_equals_direct(ours_srv.url, tuned_artifact, list(dict.fromkeys(texts))[:48])
         runs = {"ours": [], "naive": []}
         for r in range(2):
             for name, srv in ([("ours", ours_srv), ("naive", naive)] if r == 0 else
