@@ -58,6 +58,7 @@ def test_stall_shows_in_p99(stub):
             break
         print(f"attempt {attempt + 1} invalid, repeated: {p.invalid_reason}")
     assert p.valid, p.invalid_reason
+    print(f"stall 1 s every 5 s at 100 req/s: p50 {p.latency_ms.p50:.1f} ms, p99 {p.latency_ms.p99:.1f} ms, n={p.n}")
     assert p.latency_ms.p99 >= 900
     assert p.latency_ms.p50 < 200
 
@@ -68,6 +69,8 @@ def test_streaming_ttft_and_itl_match_known_timing(stub):
         res = bench(BenchConfig(url=url, api=api, concurrency=[2], duration=3, warmup=0.5, metrics_url=""))
         p = res.points[0]
         assert p.valid and p.errors.total == 0, (p.invalid_reason, p.errors)
+        print(f"{api} stream, known TTFT 60 / ITL 25 ms: measured P50 TTFT {p.ttft_ms.p50:.2f}, ITL "
+              f"{p.itl_ms.p50:.2f}, TPOT {p.tpot_ms.p50:.2f} ms (n={p.n})")
         assert abs(p.ttft_ms.p50 - 60) <= 5, p.ttft_ms
         assert abs(p.itl_ms.p50 - 25) <= 5, p.itl_ms
         assert abs(p.tpot_ms.p50 - 25) <= 5, p.tpot_ms

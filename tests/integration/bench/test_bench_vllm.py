@@ -37,6 +37,9 @@ def test_vllm_cpu_streaming_at_concurrency_1_and_4(vllm_server, api, tmp_path):
                             duration=8, warmup=2, scrape_interval=1.0, out=tmp_path))
     assert [p.offered.concurrency for p in res.points] == [1, 4]
     for p in res.points:
+        print(f"vllm-cpu {api} c={p.offered.concurrency}: TTFT p50 {p.ttft_ms.p50:.1f} ms, ITL p50 "
+              f"{p.itl_ms.p50:.1f} ms, TPOT p50 {p.tpot_ms.p50:.1f} ms, {p.output_tokens_per_s:.1f} tok/s, n={p.n}, "
+              f"errors {p.errors.total}, valid {p.valid}")
         assert p.errors.total == 0, p.errors
         # vLLM's engine spins on one of the 2 cores, so the client may be starved at times; that is
         # reported (a caveat, or invalid when the client CPU saturates) but must not stop the numbers
@@ -50,6 +53,7 @@ def test_vllm_cpu_streaming_at_concurrency_1_and_4(vllm_server, api, tmp_path):
     assert res.points[1].output_tokens_per_s > res.points[0].output_tokens_per_s
     tel = res.telemetry[0]
     vllm_series = [k for k in tel.series if k.startswith("vllm:")]
+    print(f"vllm /metrics captured: {len(vllm_series)} vllm: series x {len(tel.t)} samples")
     assert vllm_series and len(tel.t) >= 10, tel.errors
     assert res.knee is not None and res.knee.recommended_max_num_seqs in (1, 4)
     assert (tmp_path / "bench.html").exists()
