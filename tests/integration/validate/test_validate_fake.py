@@ -63,6 +63,8 @@ def test_soak_flags_a_leaking_backend(fake_artifact, tmp_path):
     assert soak["passed"] is False and ev["rss_leak"] is True, soak["reason"]
     # one request = one batch at 32 req/s (31 ms apart, 3 ms batching wait): 1 MB per request
     expected = ev["achieved_rps"] * 1.0 * 3600
+    print(f"leaking backend: RSS slope {ev['rss']['slope_mb_per_h']:.0f} MB/h (expected {expected:.0f}); "
+          f"verdict: {soak['reason']}")
     assert 0.7 * expected <= ev["rss"]["slope_mb_per_h"] <= 1.3 * expected, (ev["rss"], expected)
 
 
