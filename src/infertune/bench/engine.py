@@ -11,7 +11,6 @@ slow server.
 from __future__ import annotations
 
 import asyncio
-import gc
 import multiprocessing as mp
 import os
 import time
@@ -147,20 +146,10 @@ def _worker_main(conn, bodies: list[bytes], in_tokens: list[int]) -> None:
             return
         if spec is None:
             return
-        # no cyclic GC while a point runs: a full collection over tens of thousands of live records and
-        # connection objects pauses the event loop (which the lag check then reports as the client
-        # falling behind); the cycles are collected once the point is over
-        gc.collect()
-        gc.freeze()
-        gc.disable()
         try:
             conn.send(asyncio.run(run_point(spec, bodies, in_tokens)))
         except Exception as e:  # report, don't hang the parent
             conn.send({"error": f"{type(e).__name__}: {e}"})
-        finally:
-            gc.enable()
-            gc.unfreeze()
-            gc.collect()
 
 
 class WorkerPool:
