@@ -9,8 +9,12 @@ Two policies (see config.Batching):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from infertune.config import Batching
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def plan_batches(lengths: Sequence[int], policy: Batching) -> list[list[int]]:
@@ -37,3 +41,20 @@ def plan_batches(lengths: Sequence[int], policy: Batching) -> list[list[int]]:
 
 def padded_tokens(lengths: Sequence[int], batches: list[list[int]]) -> int:
     return sum(len(b) * max(lengths[i] for i in b) for b in batches if b)
+
+
+def round_up(length: int, multiple: int) -> int:
+    return -(-length // multiple) * multiple
+
+
+def pad_length(batch: dict[str, np.ndarray], multiple: int, pad_id: int) -> dict[str, np.ndarray]:
+    """Pad a collated batch's sequence axis up to a multiple of `multiple` (input_ids with pad_id, every
+    other array, the attention mask included, with 0: masked, so outputs do not change). Fewer distinct
+    shapes: CUDA graphs get reused, CPU kernel caches stay small."""
+    import numpy as np
+
+    pad = (-batch["input_ids"].shape[1]) % multiple
+    if not pad:
+        return batch
+    return {k: np.pad(v, ((0, 0), (0, pad)), constant_values=(pad_id if k == "input_ids" else 0))
+            for k, v in batch.items()}

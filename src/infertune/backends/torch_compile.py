@@ -13,6 +13,7 @@ import numpy as np
 
 from infertune.backends.base import Embedder
 from infertune.backends.torch_eager import TorchEager, TorchEmbedder, build_model
+from infertune.batching import pad_length
 from infertune.config import Candidate
 from infertune.models.embedding import EmbeddingSpec, load_tokenizer
 
@@ -22,13 +23,7 @@ class CompiledEmbedder(TorchEmbedder):
 
     def collate(self, ids: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
         batch = super().collate(ids)
-        if self.bucket:
-            T = batch["input_ids"].shape[1]
-            pad = (-T) % self.bucket
-            if pad:
-                batch = {k: np.pad(v, ((0, 0), (0, pad)), constant_values=(self.pad_id if k == "input_ids" else 0))
-                         for k, v in batch.items()}
-        return batch
+        return pad_length(batch, self.bucket, self.pad_id) if self.bucket else batch
 
     def describe(self) -> dict[str, Any]:
         d = super().describe()

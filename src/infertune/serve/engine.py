@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from infertune.batching import plan_batches
+from infertune.batching import pad_length, plan_batches, round_up
 from infertune.config import Batching
 from infertune.serve.config import Settings
 from infertune.serve.metrics import Metrics
@@ -41,6 +41,10 @@ from infertune.serve.schema import ApiError, EmbeddingRequest, render
 
 log = logging.getLogger("infertune.serve")
 _STOP = object()
+# lengths are padded to a multiple of this (batching.pad_length): a server that sees every length 1..N
+# keeps kernels for every shape, and memory grows with them (serve/memory.py); eight times fewer shapes
+# costs < 4 padded tokens per row on average
+PAD_MULTIPLE = 8
 
 
 class Overloaded(Exception):
@@ -237,7 +241,7 @@ class Engine:
             window = [it for it in window if not it.job.done]
             if not window:
                 continue
-            lengths = [-(-len(it.ids) // PAD_MULTIPLE) * PAD_MULTIPLE for it in window]  # as collated
+            lengths = [round_up(len(it.ids), PAD_MULTIPLE) for it in window]  # as collated
             plan = plan_batches(lengths, self._batching)
             if len(plan) > 1 and self._grown.size > self._batching.size:  # under load: fewer, larger batches
                 plan = plan_batches(lengths, self._grown)
@@ -251,7 +255,7 @@ class Engine:
             now = time.perf_counter()
             for it in items:
                 self.m.stage_seconds.labels("queue").observe(now - it.t_ready)
-            return items, _pad_length(self.emb.collate([it.ids for it in items]), self.emb.pad_id)
+            return items, pad_length(self.emb.collate([it.ids for it in items]), PAD_MULTIPLE, self.emb.pad_id)
         return None
 
     def _forward_loop(self) -> None:
@@ -311,20 +315,6 @@ class Engine:
                     self._finish(j, error=ApiError(500, f"post-processing failed: {type(e).__name__}: {e}",
                                                    type="server_error"))
             self.m.stage_seconds.labels("postprocess").observe(time.perf_counter() - t0)
-
-
-PAD_MULTIPLE = 8
-
-
-def _pad_length(batch: dict[str, np.ndarray], pad_id: int) -> dict[str, np.ndarray]:
-    """Pad the sequence length up to a multiple of PAD_MULTIPLE (masked, so outputs do not change): a
-    server that sees every length 1..N keeps kernels for every shape, and memory grows with them
-    (serve/memory.py); eight times fewer shapes costs < 4 padded tokens per row on average."""
-    pad = (-batch["input_ids"].shape[1]) % PAD_MULTIPLE
-    if not pad:
-        return batch
-    return {k: np.pad(v, ((0, 0), (0, pad)), constant_values=(pad_id if k == "input_ids" else 0))
-            for k, v in batch.items()}
 
 
 def _set(fut: asyncio.Future, result: Any, error: BaseException | None) -> None:

@@ -38,6 +38,8 @@ def stop(proc: subprocess.Popen, group: bool = False) -> None:
     """Terminate (then kill) a server; group=True also ends its children (started with start_new_session)."""
     import signal
 
+    import psutil
+
     def send(sig: int) -> None:
         try:
             if group:
@@ -47,11 +49,9 @@ def stop(proc: subprocess.Popen, group: bool = False) -> None:
         except ProcessLookupError:
             pass
 
-    try:  # every descendant, found while the parent lives: vLLM's engine core can outlive its API server
-        import psutil
-
+    try:  # every descendant, found while the parent lives, in case one left the process group
         kids = psutil.Process(proc.pid).children(recursive=True)
-    except Exception:  # noqa: BLE001 - already gone, or psutil missing
+    except psutil.Error:  # already gone
         kids = []
     send(signal.SIGTERM)
     try:
@@ -63,13 +63,9 @@ def stop(proc: subprocess.Popen, group: bool = False) -> None:
     for k in kids:  # a busy-polling survivor would starve the timing tests that run next
         try:
             k.kill()
-        except Exception:  # noqa: BLE001 - already gone
+        except psutil.Error:  # already gone
             pass
-    if kids:
-        import psutil
-
-        psutil.wait_procs(kids, timeout=10)
-
+    psutil.wait_procs(kids, timeout=10)
 
 def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),

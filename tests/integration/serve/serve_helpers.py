@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import httpx
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[3]
 _spec = importlib.util.spec_from_file_location("bench_serve_vs_naive", ROOT / "scripts" / "bench_serve_vs_naive.py")
@@ -50,3 +51,8 @@ def metric(url: str, name: str, **labels: str) -> float:
 
 def embed(url: str, inputs, model: str = "minilm", **extra) -> httpx.Response:
     return httpx.post(url + "/v1/embeddings", json={"model": model, "input": inputs, **extra}, timeout=120)
+
+
+def cos_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine of each row of a with the same row of b."""
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import numpy as np
 import pytest
-from serve_helpers import FAULT_MARKER, bench, embed, metric
+from serve_helpers import FAULT_MARKER, bench, cos_rows, embed, metric
 
 
 @pytest.fixture(scope="module")
@@ -27,10 +27,6 @@ def _vectors(resp: httpx.Response) -> np.ndarray:
     return np.array([d["embedding"] for d in data], dtype=np.float32)
 
 
-def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-
-
 def test_served_equals_direct_same_order(minilm_server, direct):
     url = minilm_server.url
     pool_ = list(dict.fromkeys(bench.sample_texts(1)))[:80]  # unique, so order is checkable
@@ -42,7 +38,7 @@ def test_served_equals_direct_same_order(minilm_server, direct):
     with ThreadPoolExecutor(24) as pool:
         singles = list(pool.map(lambda t: _vectors(embed(url, t))[0], texts[16:]))
     got = np.vstack([many, np.array(singles)])
-    cos = _cos(got, want)
+    cos = cos_rows(got, want)
     print(f"served vs direct, n={len(cos)}: cosine min {cos.min():.7f}, mean {cos.mean():.7f}", file=sys.stderr)
     assert cos.min() >= 0.9999, cos.min()
     # order: each served vector is closest to its own input's direct vector
@@ -54,7 +50,7 @@ def test_served_equals_direct_same_order(minilm_server, direct):
     # token-id input (the model's own ids, special tokens included) gives the same vectors
     ids = direct.token_ids(texts[:4])
     r = embed(url, ids)
-    assert _cos(_vectors(r), want[:4]).min() >= 0.9999
+    assert cos_rows(_vectors(r), want[:4]).min() >= 0.9999
     assert r.json()["usage"]["prompt_tokens"] == sum(len(x) for x in ids)
 
 

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from serve_helpers import bench, embed, metric
+from serve_helpers import bench, cos_rows, embed, metric
 
 
 def _wait_metric(url: str, name: str, at_least: float, timeout: float = 20) -> float:
@@ -112,7 +112,7 @@ def _served_equals_direct(url: str, artifact, texts: list[str]) -> None:
     with ThreadPoolExecutor(16) as pool:
         rows = list(pool.map(lambda t: embed(url, t).json()["data"][0]["embedding"], texts))
     got = np.array(rows, dtype=np.float32)
-    cos = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+    cos = cos_rows(got, want)
     print(f"tuned artifact served vs direct, n={len(cos)}: cosine min {cos.min():.6f}, mean {cos.mean():.6f}",
           file=sys.stderr)
     assert cos.min() >= 0.9999

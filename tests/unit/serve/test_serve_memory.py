@@ -32,9 +32,10 @@ def test_user_environment_wins():
 
 
 def test_length_padding_is_masked_and_a_multiple_of_8():
-    from infertune.serve.engine import PAD_MULTIPLE, _pad_length
+    from infertune.batching import pad_length
+    from infertune.serve.engine import PAD_MULTIPLE
 
     batch = {"input_ids": np.array([[5, 6, 7], [5, 0, 0]]), "attention_mask": np.array([[1, 1, 1], [1, 0, 0]])}
-    out = _pad_length(batch, pad_id=0)
+    out = pad_length(batch, PAD_MULTIPLE, pad_id=0)
     assert out["input_ids"].shape == (2, PAD_MULTIPLE) and out["attention_mask"][:, 3:].sum() == 0
     assert (out["input_ids"][:, :3] == batch["input_ids"]).all()
