@@ -48,8 +48,14 @@ def cache_root() -> Path:
     return Path(os.environ.get("INFERTUNE_CACHE", Path.home() / ".cache" / "infertune")) / "lm"
 
 
-def _key(*parts: object) -> str:
-    return hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:12]
+def _file_digest(f: Path) -> str:
+    """Content key of a weights file: the same GGUF copied to another path (a fresh venv, a CI clone)
+    reuses its one converted directory instead of adding another ~0.5 GB to the cache."""
+    h = hashlib.sha256()
+    with f.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()[:12]
 
 
 def _plain_config(cfg):
@@ -88,8 +94,7 @@ def materialize(ref) -> tuple[Path, str, bool]:
     """(plain HF directory, source kind, random_weights) for a resolved ModelRef."""
     if ref.format == "gguf":
         f = ref.path / ref.gguf_file
-        st = f.stat()
-        dst = cache_root() / f"{f.stem}-{_key(f.resolve(), st.st_size, int(st.st_mtime))}"
+        dst = cache_root() / f"{f.stem}-{_file_digest(f)}"
         if not (dst / "config.json").exists():
             dst.parent.mkdir(parents=True, exist_ok=True)
             _convert_gguf(ref.path, ref.gguf_file, dst)
