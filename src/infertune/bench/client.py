@@ -26,7 +26,7 @@ HINTS = {
 }
 
 
-def _http_kind(status: int) -> str:
+def http_kind(status: int) -> str:
     return "http_4xx" if 400 <= status < 500 else "http_5xx" if status >= 500 else "bad_response"
 
 
@@ -49,6 +49,20 @@ def check_shape(api: str, obj: object) -> tuple[str, int | None, int | None]:
     if api == "completions" and "text" not in ch[0]:
         return "choices[0] has no 'text' (a chat answer? try --api chat)", pt, ct
     return "", pt, ct
+
+
+def judge_json(api: str, raw: bytes, content_type: str, sched: float, disp: float, end: float,
+               in_tokens: int) -> tuple:
+    """The record of a complete non-streamed 200 answer: parsed, shape-checked, tokens from usage."""
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return (sched, disp, NAN, end, "non_json", f"{content_type}: {raw[:80].decode('utf-8', 'replace')!r}",
+                0, in_tokens, None)
+    problem, pt, ct = check_shape(api, obj)
+    if problem:
+        return sched, disp, NAN, end, "bad_response", problem, 0, in_tokens, None
+    return sched, disp, NAN, end, "", "usage" if pt is not None else "", ct or 0, pt or in_tokens, None
 
 
 def _delta_text(api: str, ev: dict) -> str | None:
@@ -74,20 +88,11 @@ async def request(session, url: str, body: bytes, api: str, stream: bool, sched:
         async with session.post(url, data=body, headers=headers) as resp:
             if resp.status != 200:
                 text = (await resp.read())[:200].decode("utf-8", "replace")
-                return (sched, disp, first, now(), _http_kind(resp.status), f"HTTP {resp.status}: {text}",
+                return (sched, disp, first, now(), http_kind(resp.status), f"HTTP {resp.status}: {text}",
                         0, in_tokens, chunks)
             if not stream:
                 raw = await resp.read()
-                end = now()
-                try:
-                    obj = json.loads(raw)
-                except ValueError:
-                    return (sched, disp, first, end, "non_json",
-                            f"{resp.content_type}: {raw[:80].decode('utf-8', 'replace')!r}", 0, in_tokens, chunks)
-                problem, pt, ct = check_shape(api, obj)
-                if problem:
-                    return sched, disp, first, end, "bad_response", problem, 0, in_tokens, chunks
-                return sched, disp, first, end, "", "usage" if pt is not None else "", ct or 0, pt or in_tokens, chunks
+                return judge_json(api, raw, resp.content_type, sched, disp, now(), in_tokens)
             done, usage, other = False, None, []
             async for line in resp.content:
                 t = now()

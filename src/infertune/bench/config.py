@@ -42,6 +42,8 @@ class BenchConfig(BaseModel):
     seed: int = 0
     # client
     workers: int | Literal["auto"] = "auto"
+    http_client: Literal["auto", "lean", "aiohttp"] = Field(
+        "auto", description="auto: the lean httptools client for non-streamed requests, aiohttp for streams")
     max_connections: int = Field(1024, ge=1, description="requests in flight per worker process (rate mode)")
     max_lag_ms: float = Field(10.0, gt=0, description="p99 schedule lag above this marks a point invalid")
     max_client_cpu: float = Field(0.95, gt=0, le=1, description="client CPU share of one core that marks a point invalid")
@@ -84,6 +86,15 @@ class BenchConfig(BaseModel):
             raise InfertuneError("--concurrency values must be >= 1")
         if any(r <= 0 for r in self.rates):
             raise InfertuneError("--rate values must be > 0 requests/s")
+        if self.http_client == "lean":
+            try:
+                import httptools  # noqa: F401
+            except ImportError:
+                raise InfertuneError("--http-client lean needs httptools: pip install httptools "
+                                     "(or pick --http-client aiohttp)") from None
+            if self.streaming:
+                raise InfertuneError("--http-client lean sends non-streamed requests only; streams use aiohttp "
+                                     "(pass --no-stream, or --http-client auto)")
         if isinstance(self.workers, int) and self.workers < 1:
             raise InfertuneError("--workers must be >= 1 or 'auto'")
         return self

@@ -11,6 +11,8 @@ slow server.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import multiprocessing as mp
 import os
 import time
@@ -19,6 +21,18 @@ from typing import Any
 from infertune.bench.client import request
 
 HEARTBEAT_S = 0.005
+
+
+def use_lean(spec: dict[str, Any]) -> bool:
+    """The lean client (bench/lean.py) for non-streamed requests unless aiohttp was asked for; it needs
+    httptools, else aiohttp serves."""
+    if spec.get("stream") or spec.get("http_client", "auto") == "aiohttp":
+        return False
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _raise_nofile() -> None:
@@ -50,16 +64,30 @@ async def run_point(spec: dict[str, Any], bodies: list[bytes], in_tokens: list[i
     t0, stop = spec["t0"], spec["t0"] + spec["warmup"] + spec["duration"]
     nb, off = len(bodies), spec["body_offset"]
     limit = spec["concurrency"] if mode == "concurrency" else spec["max_connections"]
-    conn = aiohttp.TCPConnector(limit=limit, limit_per_host=0, force_close=False, enable_cleanup_closed=True)
-    timeout = aiohttp.ClientTimeout(total=spec["timeout"], sock_connect=min(10.0, spec["timeout"]))
     headers = {"Content-Type": "application/json", **spec.get("headers", {})}
     records: list[tuple] = []
     beats: list[float] = []
     unsent: list[float] = []  # scheduled send times never sent
     capped = False
     cpu0, wall0 = time.process_time(), time.monotonic()
-    async with aiohttp.ClientSession(connector=conn, timeout=timeout, headers=headers,
-                                     auto_decompress=False) as session:
+    async with contextlib.AsyncExitStack() as stack:
+        if use_lean(spec):
+            from infertune.bench.lean import LeanClient
+
+            lean = LeanClient(url, headers, spec["timeout"], limit)
+            stack.callback(lean.close)
+
+            def send(j: int, sched: float):
+                return lean.request(j, bodies[j], api, sched, in_tokens[j])
+        else:
+            conn = aiohttp.TCPConnector(limit=limit, limit_per_host=0, force_close=False)
+            timeout = aiohttp.ClientTimeout(total=spec["timeout"], sock_connect=min(10.0, spec["timeout"]))
+            session = await stack.enter_async_context(aiohttp.ClientSession(
+                connector=conn, timeout=timeout, headers=headers, auto_decompress=False,
+                cookie_jar=aiohttp.DummyCookieJar()))
+
+            def send(j: int, sched: float):
+                return request(session, url, bodies[j], api, stream, sched, in_tokens[j], {})
         await asyncio.sleep(max(0.0, t0 - time.monotonic()))
         hb = asyncio.ensure_future(_heartbeat(stop, beats))
         if mode == "rate":
@@ -72,7 +100,7 @@ async def run_point(spec: dict[str, Any], bodies: list[bytes], in_tokens: list[i
 
             async def one(k: int, sched: float) -> None:
                 j = (off + k * stride) % nb
-                records.append(await request(session, url, bodies[j], api, stream, sched, in_tokens[j], {}))
+                records.append(await send(j, sched))
 
             cap = spec["max_connections"]  # requests in flight; beyond it the schedule slips (and is flagged)
             hard_stop = stop + 1.0  # what is still unsent a second after the window is dropped (and flagged)
@@ -116,7 +144,7 @@ async def run_point(spec: dict[str, Any], bodies: list[bytes], in_tokens: list[i
                         counter[0] += 1
                     j = (off + k) % nb
                     k += spec["concurrency"]
-                    records.append(await request(session, url, bodies[j], api, stream, sched, in_tokens[j], {}))
+                    records.append(await send(j, sched))
 
             await asyncio.gather(*(stream_loop(s) for s in range(spec["concurrency"])))
         hb.cancel()
@@ -137,6 +165,10 @@ def _install_uvloop() -> str:
 
 def _worker_main(conn, bodies: list[bytes], in_tokens: list[int]) -> None:
     _raise_nofile()
+    # A forked worker inherits its parent's whole heap (inside pytest or a notebook, millions of
+    # objects). Nothing of it is freed here, but every full collection would walk it, pausing the send
+    # loop for tens of ms. Freezing moves it out of the collector's sight (and spares copy-on-write).
+    gc.freeze()
     loop_name = _install_uvloop()
     conn.send({"ready": True, "loop": loop_name, "pid": os.getpid()})
     while True:

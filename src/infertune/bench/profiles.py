@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-PER_WORKER_RPS = 2500.0  # aiohttp+uvloop costs ~160 us CPU a request: ~6,000 req/s is one core flat out
+PER_WORKER_RPS = 2500.0  # lean client ~55-105 us CPU a request, aiohttp ~170-255 us (docs/bench.md)
 PER_WORKER_STREAMS = 256
 
 

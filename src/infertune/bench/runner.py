@@ -81,7 +81,7 @@ class _Runner:
         t0 = time.monotonic() + 0.3
         base = {"url": cfg.url + cfg.endpoint, "api": cfg.api, "stream": cfg.streaming, "t0": t0,
                 "warmup": cfg.warmup, "duration": cfg.duration, "timeout": cfg.timeout,
-                "max_connections": cfg.max_connections}
+                "max_connections": cfg.max_connections, "http_client": cfg.http_client}
         specs = profiles.split_point(base, n_workers, rate, concurrency, cfg.arrivals, cfg.seed + self.seq,
                                      cfg.max_requests)
         specs += [None] * (len(self.pool) - len(specs))
