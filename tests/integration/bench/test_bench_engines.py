@@ -44,15 +44,10 @@ def serve_minilm(tmp_path_factory):
 @pytest.mark.slow
 def test_slo_search_against_infertune_serve_repeats_within_15_percent(serve_minilm):
     answers = []
-    for seed in (0, 1, 2):
+    for seed in (0, 1):
         res = bench(BenchConfig(url=serve_minilm, api="embeddings", slo="p99_e2e_ms<=250", duration=4, warmup=1,
                                 seed=seed, slo_tolerance=0.05))
         assert res.slo is not None and res.slo.met, res.slo
         answers.append(res.slo.max_load)
         print(f"SLO search {seed}: max rate {res.slo.max_load:.1f} req/s; steps: {res.slo.steps}")
-        if seed == 1 and max(answers) / min(answers) <= 1.15:
-            break
-    # two searches must agree within 15%; on this shared 2-core box a P99 near the knee is noisy enough
-    # that a third search is run when the first two do not (issue 4 stays open on this: docs/status.md)
-    a = sorted(answers)
-    assert any(hi / lo <= 1.15 for lo, hi in zip(a, a[1:], strict=False)), answers
+    assert max(answers) / min(answers) <= 1.15, answers
