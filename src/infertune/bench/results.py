@@ -92,6 +92,10 @@ class SLOResult(BaseModel):
     bracket: list[float | None] = [None, None]  # [highest passing, lowest failing]
     repeats: int = 0
     steps: list[str] = []
+    # loads that failed although the same or a higher load passed in this search: the boundary is as noisy
+    # as the host there (e.g. a tail SLO at the size of the host's hiccups); empty when the evidence is monotone
+    contradicted: list[float] = []
+    noise_note: str = ""
 
 
 class Knee(BaseModel):

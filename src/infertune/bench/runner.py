@@ -176,6 +176,8 @@ def bench(cfg: BenchConfig, log: Log | None = None) -> BenchResult:
                                                            (x if cfg.slo_over == "rate" else int(x))}, phase="search"),
                                     slo, over=cfg.slo_over, start=start, tolerance=cfg.slo_tolerance,
                                     repeats=cfg.slo_repeats, log=log)
+                if result.slo.noise_note:
+                    result.warnings.append(f"SLO search: {result.slo.noise_note}")
             elif cfg.sweep:
                 p1 = run.point(concurrency=1, phase="sweep")
                 pmax = run.point(concurrency=cfg.sweep_max_concurrency, phase="sweep")

@@ -88,12 +88,14 @@ def search(run: Callable[[float], Point], slo: SLO, *, over: str, start: float, 
     ceiling = ceiling if ceiling is not None else (4096 if integer else 1e6)
     res = SLOResult(target=slo.text, over=over)
     steps = 0
+    seen: list[tuple[float, bool]] = []
 
     def measure(load: float) -> bool:
         nonlocal steps
         steps += 1
         p = run(load)
         ok, notes = slo.check(p)
+        seen.append((load, ok))
         p.slo_pass, p.slo_detail = ok, notes
         line = f"{over}={_fmt(load, integer)}: {'pass' if ok else 'FAIL'} ({'; '.join(notes)})"
         res.steps.append(line)
@@ -158,6 +160,15 @@ def search(run: Callable[[float], Point], slo: SLO, *, over: str, start: float, 
     res.bracket = [lo, hi]
     res.met = confirmed
     res.max_load = lo if confirmed else None
+    top_pass = max((x for x, ok in seen if ok), default=None)
+    bad = sorted({x for x, ok in seen if not ok and top_pass is not None and x <= top_pass})
+    if bad:
+        res.contradicted = bad
+        res.noise_note = (f"noisy boundary: {over} {', '.join(_fmt(x, integer) for x in bad)} failed although "
+                          f"{_fmt(top_pass, integer)} passed once. A repeat of this search may land elsewhere: "
+                          "lengthen --duration, or set the SLO where latency is bound by capacity rather than by "
+                          "the host's hiccups (docs/bench.md)")
+        log(res.noise_note)
     return res
 
 

@@ -107,6 +107,7 @@ def test_search_brackets_bisects_and_repeats(capacity):
     assert res.met
     assert capacity / 1.05 <= res.max_load <= capacity
     assert calls.count(res.max_load) >= 2  # the answer was measured again
+    assert res.contradicted == [] and res.noise_note == ""  # monotone evidence: nothing to flag
 
 
 def test_search_steps_down_past_failed_confirmations():
@@ -127,6 +128,7 @@ def test_search_steps_down_past_failed_confirmations():
     assert res.met and res.max_load is not None and res.max_load <= 31, res.steps
     assert calls.count(res.max_load) >= 2
     assert any("FAIL" in s for s in res.steps[-4:])  # it did see failed confirmations on the way down
+    assert res.contradicted and "noisy boundary" in res.noise_note  # a load passed, then failed its repeat
 
 
 def test_search_over_concurrency_is_integer_and_reports_never_met():
