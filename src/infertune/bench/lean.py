@@ -17,9 +17,7 @@ import asyncio
 import time
 from urllib.parse import urlsplit
 
-from infertune.bench.client import judge_json
-
-NAN = float("nan")
+from infertune.bench.client import NAN, http_kind, judge_json
 
 
 class MidAnswer(ConnectionError):
@@ -148,8 +146,6 @@ class LeanClient:
                 c.transport.close()
         raw = b"".join(c.body)
         if c.status != 200:
-            from infertune.bench.client import http_kind
-
             text = raw[:200].decode("utf-8", "replace")
             return sched, disp, NAN, end, http_kind(c.status), f"HTTP {c.status}: {text}", 0, in_tokens, None
         return judge_json(api, raw, c.ctype.decode("latin-1").split(";")[0].strip(), sched, disp, end, in_tokens)

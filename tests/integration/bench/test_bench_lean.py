@@ -75,10 +75,6 @@ def _answer(raw: bytes):
     return handler
 
 
-def run(coro):
-    return asyncio.run(coro)
-
-
 @pytest.mark.parametrize("raw,kind,text", [
     (b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 60\r\n\r\n{"data": [{"embe',
      "truncated_stream", "mid-answer"),
@@ -93,7 +89,7 @@ def test_each_failure_is_a_counted_kind(raw, kind, text):
         server, port = await _serve(_answer(raw))
         async with server:
             return await _one(port)
-    rec = run(go())
+    rec = asyncio.run(go())
     assert rec[4] == kind, rec
     assert text in rec[5], rec
 
@@ -116,7 +112,7 @@ def test_chunked_answer_and_keep_alive_reuse():
             recs = [await c.request(0, BODY, "embeddings", time.monotonic(), 3) for _ in range(3)]
             c.close()
             return recs
-    recs = run(go())
+    recs = asyncio.run(go())
     assert [r[4] for r in recs] == ["", "", ""], recs
     assert all(r[7] == 7 for r in recs)  # prompt tokens from usage
     assert len(seen) == 1  # three requests, one connection
@@ -133,13 +129,13 @@ def test_timeout_and_refused():
             t = time.monotonic()
             rec = await _one(port, timeout=0.3)
             return rec, time.monotonic() - t
-    rec, took = run(go())
+    rec, took = asyncio.run(go())
     assert rec[4] == "timeout" and took < 1.5, (rec, took)
 
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    rec = run(_one(port))
+    rec = asyncio.run(_one(port))
     assert rec[4] == "connect", rec
 
 
