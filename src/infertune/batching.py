@@ -17,23 +17,30 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-def plan_batches(lengths: Sequence[int], policy: Batching) -> list[list[int]]:
-    """Return batches as lists of indices into `lengths`. Every index appears exactly once."""
+def plan_batches(lengths: Sequence[int], policy: Batching, max_padding: float | None = None) -> list[list[int]]:
+    """Return batches as lists of indices into `lengths`. Every index appears exactly once.
+
+    `max_padding` (tokens policy): a batch also closes when the next item would push its padded/real token
+    ratio above this. Where compute scales with padded tokens (CPU), a batch that pads a 40-token item to
+    256 costs more than running the two apart."""
     n = len(lengths)
     if policy.kind == "fixed":
         return [list(range(i, min(i + policy.size, n))) for i in range(0, n, policy.size)]
     order = sorted(range(n), key=lambda i: (-lengths[i], i))
     batches: list[list[int]] = []
     cur: list[int] = []
-    longest = 0
+    longest = real = 0
     for i in order:
         length = max(1, int(lengths[i]))
         new_longest = max(longest, length)
-        if cur and ((len(cur) + 1) * new_longest > policy.size or len(cur) >= policy.max_items):
+        full = (len(cur) + 1) * new_longest > policy.size or len(cur) >= policy.max_items
+        padded = max_padding is not None and (len(cur) + 1) * new_longest > max_padding * (real + length)
+        if cur and (full or padded):
             batches.append(cur)
-            cur, new_longest = [], length
+            cur, new_longest, real = [], length, 0
         cur.append(i)
         longest = new_longest
+        real += length
     if cur:
         batches.append(cur)
     return batches

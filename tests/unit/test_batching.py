@@ -28,6 +28,29 @@ def test_token_batches_are_length_sorted_so_padding_is_small():
     assert sorted_pad >= sum(lengths)
 
 
+@pytest.mark.parametrize("cap", [1.0, 1.1, 1.25, 2.0])
+def test_padding_cap_closes_batches_before_padded_over_real_passes_it(cap):
+    rng = random.Random(7)
+    lengths = [8 * rng.randint(1, 32) for _ in range(300)]  # multiples of 8, as the server collates
+    batches = plan_batches(lengths, Batching(kind="tokens", size=4096, max_items=64), max_padding=cap)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for b in batches:
+        real = sum(lengths[i] for i in b)
+        assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= cap * real
+    uncapped = plan_batches(lengths, Batching(kind="tokens", size=4096, max_items=64))
+    assert padded_tokens(lengths, batches) <= padded_tokens(lengths, uncapped)
+    if cap == 1.0:  # no padding at all: only equal lengths share a batch
+        assert all(len({lengths[i] for i in b}) == 1 for b in batches)
+
+
+def test_padding_cap_keeps_a_long_item_from_padding_short_ones():
+    # one 256-token item and fifteen 40-token items fit one 4096 budget (16 x 256) at padding 5.5x
+    lengths = [256] + [40] * 15
+    assert len(plan_batches(lengths, Batching(kind="tokens", size=4096))) == 1
+    capped = plan_batches(lengths, Batching(kind="tokens", size=4096), max_padding=1.25)
+    assert capped == [[0], list(range(1, 16))]
+
+
 def test_fixed_batches_keep_order():
     batches = plan_batches([5] * 10, Batching(kind="fixed", size=4))
     assert batches == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]

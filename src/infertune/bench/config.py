@@ -33,6 +33,11 @@ class BenchConfig(BaseModel):
     slo_over: Literal["rate", "concurrency"] = "rate"
     slo_repeats: int = Field(2, ge=1, le=5, description="runs of the final candidate; all must pass")
     slo_tolerance: float = Field(0.05, gt=0, lt=1, description="stop bisecting when hi/lo <= 1 + tolerance")
+    slo_keepup: float = Field(0.95, ge=0, le=1, description=(
+        "rate search: a point also fails if completions in its window are below this share of sends (the "
+        "server fell behind and a queue grew); 0 turns the check off"))
+    slo_recheck: bool = Field(True, description=(
+        "search: measure a marginal failure once more before believing it (shared hosts fail points by luck)"))
     max_error_rate: float = Field(0.01, ge=0, le=1, description="a point with more errors fails any SLO")
     # bounds
     duration: float = Field(10.0, gt=0, le=3600, description="measured seconds per point (after warm-up)")

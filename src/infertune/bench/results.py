@@ -95,6 +95,7 @@ class SLOResult(BaseModel):
     # loads that failed although the same or a higher load passed in this search: the boundary is as noisy
     # as the host there (e.g. a tail SLO at the size of the host's hiccups); empty when the evidence is monotone
     contradicted: list[float] = []
+    rechecks: int = 0  # marginal failures measured a second time (the load failed only if both failed)
     noise_note: str = ""
 
 

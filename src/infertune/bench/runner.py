@@ -150,7 +150,7 @@ def bench(cfg: BenchConfig, log: Log | None = None) -> BenchResult:
     wall0 = time.monotonic()
     model = cfg.model or _default_model(cfg)
     req = build(cfg.api, model, cfg.streaming, cfg.workload, cfg.synthetic, cfg.seed)
-    slo = parse_slo(cfg.slo, cfg.max_error_rate, cfg.streaming) if cfg.slo else None
+    slo = parse_slo(cfg.slo, cfg.max_error_rate, cfg.streaming, cfg.slo_keepup) if cfg.slo else None
     warnings = preflight(cfg, req, log)
     from infertune.fingerprint import fingerprint
 
@@ -175,7 +175,7 @@ def bench(cfg: BenchConfig, log: Log | None = None) -> BenchResult:
                 result.slo = search(lambda x: run.point(**{("rate" if cfg.slo_over == "rate" else "concurrency"):
                                                            (x if cfg.slo_over == "rate" else int(x))}, phase="search"),
                                     slo, over=cfg.slo_over, start=start, tolerance=cfg.slo_tolerance,
-                                    repeats=cfg.slo_repeats, log=log)
+                                    repeats=cfg.slo_repeats, recheck=cfg.slo_recheck, log=log)
                 if result.slo.noise_note:
                     result.warnings.append(f"SLO search: {result.slo.noise_note}")
             elif cfg.sweep:

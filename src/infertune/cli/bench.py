@@ -36,6 +36,8 @@ def bench_cmd(
     sweep: Annotated[bool, typer.Option(help="one-at-a-time, saturation, then rates in between")] = False,
     slo: Annotated[str | None, typer.Option(help="search the highest load meeting e.g. 'p99_e2e_ms<=200'")] = None,
     slo_over: Annotated[str, typer.Option(help="what the SLO search varies: rate or concurrency")] = "rate",
+    slo_keepup: Annotated[float, typer.Option(help="rate search: a point also fails when completions in its window fall below this share of sends (a queue grew); 0 = off")] = 0.95,
+    slo_recheck: Annotated[bool, typer.Option("--slo-recheck/--no-slo-recheck", help="search: measure a marginal failure (kept up with 80%+ of sends, latency within 3x the limit) once more before believing it")] = True,
     duration: Annotated[float, typer.Option(help="measured seconds per point")] = 10.0,
     warmup: Annotated[float, typer.Option(help="seconds per point not counted")] = 2.0,
     max_requests: Annotated[int | None, typer.Option(help="cap on measured requests per point")] = None,
@@ -75,7 +77,7 @@ def bench_cmd(
     cfg = BenchConfig(
         url=url, api=api, model=model, workload=workload, synthetic=synthetic, stream=stream,
         concurrency=_nums(concurrency, int, "--concurrency"), rates=_nums(rate, float, "--rate"), arrivals=arrivals,
-        sweep=sweep, slo=slo, slo_over=slo_over, duration=duration, warmup=warmup, max_requests=max_requests,
+        sweep=sweep, slo=slo, slo_over=slo_over, slo_keepup=slo_keepup, slo_recheck=slo_recheck, duration=duration, warmup=warmup, max_requests=max_requests,
         workers="auto" if workers == "auto" else int(workers), timeout=timeout, max_lag_ms=max_lag_ms,
         metrics_url=metrics_url, seed=seed, out=out, save_requests=save_requests, http_client=http_client,
     )

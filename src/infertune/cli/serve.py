@@ -24,7 +24,7 @@ Examples:
   infertune serve minilm --port 8080          # untuned MiniLM, fp32
   curl -s localhost:8000/v1/embeddings -H 'Content-Type: application/json' -d '{"model": "minilm", "input": \\["hello", "world"]}'
 
-Batching: items are tokenized, length-sorted within a short window and packed while items x longest <= --batch-tokens, waiting at most --max-wait-ms for company. With --max-queue requests in flight the next one gets 429 with Retry-After. Over-length input gets 400 naming the limit unless --truncate. SIGTERM/SIGINT: stop accepting, answer everything accepted, exit 0."""
+Batching: items are tokenized, length-sorted within a short window and packed while items x longest <= --batch-tokens (and, on CPU, padded/real tokens <= --max-padding), waiting at most --max-wait-ms for company. With --max-queue requests in flight the next one gets 429 with Retry-After. Over-length input gets 400 naming the limit unless --truncate. SIGTERM/SIGINT: stop accepting, answer everything accepted, exit 0."""
 
 
 def register(app: typer.Typer) -> None:
@@ -42,6 +42,7 @@ def serve_cmd(
     max_batch_items: Annotated[int | None, typer.Option(help="cap on items per forward pass (default: artifact, else 256)")] = None,
     max_batch_tokens: Annotated[int | None, typer.Option(help="under load (more ready items than one --batch-tokens budget) batches grow up to this; default 4x --batch-tokens on CUDA, no growth on CPU")] = None,
     max_wait_ms: Annotated[float | None, typer.Option(help="max time an item waits for a fuller batch (default: 10% of the artifact's p50 batch time, else 5 ms cpu / 2 ms cuda)")] = None,
+    max_padding: Annotated[float | None, typer.Option(help="close a batch before padded/real tokens pass this ratio (default 1.25 on cpu, where compute scales with padded tokens; off on cuda)")] = None,
     tokenize_workers: Annotated[int | None, typer.Option(help="tokenizer threads (default 1; 2 on 8+ cores)")] = None,
     threads: Annotated[int | None, typer.Option(help="torch threads (default: what tune measured with)")] = None,
     max_queue: Annotated[int, typer.Option(help="requests in flight before new ones get 429")] = 512,
@@ -64,7 +65,7 @@ def serve_cmd(
     cfg = ServeConfig(
         model=model, host=host, port=port, device=device, api_key=api_key, served_model_name=served_model_name,
         batch_tokens=batch_tokens, max_batch_items=max_batch_items, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms,
-        tokenize_workers=tokenize_workers, threads=threads, max_queue=max_queue,
+        max_padding=max_padding, tokenize_workers=tokenize_workers, threads=threads, max_queue=max_queue,
         max_items_per_request=max_items_per_request, max_body_bytes=int(max_body_mb * 1024 * 1024),
         request_timeout_s=request_timeout_s, truncate=truncate, graceful_timeout_s=graceful_timeout_s,
         log_level=log_level, worker_process=worker_process, worker_timeout_s=worker_timeout_s,

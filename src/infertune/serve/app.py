@@ -357,7 +357,8 @@ def serve(config: ServeConfig) -> ServeResult:
     print(f"listening on {url} (model {name!r}, loading...)\nbatching: {settings.batch_tokens} padded tokens "
           f"({src['batch_tokens']}), growing to {settings.max_batch_tokens} under load ({src['max_batch_tokens']}), "
           f"<= {settings.max_batch_items} items ({src['max_batch_items']}), max wait "
-          f"{settings.max_wait_ms} ms ({src['max_wait_ms']}); {settings.tokenize_workers} tokenizer thread(s); "
+          f"{settings.max_wait_ms} ms ({src['max_wait_ms']}), padding <= "
+          f"{settings.max_padding if settings.max_padding else 'any'} ({src['max_padding']}); {settings.tokenize_workers} tokenizer thread(s); "
           f"queue {config.max_queue} requests; model in "
           f"{'a supervised worker process' if config.worker_process else 'the server process'}",
           file=sys.stderr, flush=True)

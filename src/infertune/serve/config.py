@@ -9,6 +9,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 Source = Literal["flag", "artifact", "default"]
+# Padding cap of a CPU batch (padded/real tokens). On CPU a forward pass costs in proportion to padded
+# tokens, so under load the token budget alone packed mixed lengths into batches that ran slower per item
+# than single requests (MiniLM fp32, 2-core box, 36-44 req/s: 4-8 items/batch at 140-168 padded tokens per
+# item vs 82 alone; throughput fell from 36 to 25-28 req/s and a queue never drained)
+CPU_MAX_PADDING = 1.25
 
 
 class ServeConfig(BaseModel):
@@ -27,6 +32,9 @@ class ServeConfig(BaseModel):
         "under load (more ready items than one budget holds) batches grow up to this many padded tokens; "
         "default 4x batch_tokens on CUDA, batch_tokens (no growth) on CPU"))
     max_wait_ms: float | None = Field(None, ge=0, description="how long a lone item waits for company")
+    max_padding: float | None = Field(None, ge=1, description=(
+        "a batch closes before its padded/real token ratio passes this; default 1.25 on CPU (compute "
+        "scales with padded tokens), off on CUDA"))
     tokenize_workers: int | None = Field(None, ge=1, le=64)
     threads: int | None = Field(None, ge=1, description="torch intra-op threads")
     max_queue: int = Field(512, ge=1, description="requests admitted and not yet answered; more get 429")
@@ -48,6 +56,7 @@ class Settings(BaseModel):
     max_batch_items: int
     max_batch_tokens: int = 0  # 0: never grow past batch_tokens
     max_wait_ms: float
+    max_padding: float | None = None  # None: budget only
     tokenize_workers: int
     threads: int | None
     device: str
@@ -96,6 +105,7 @@ def resolve_settings(cfg: ServeConfig, manifest: dict[str, Any] | None) -> Setti
         batch_tokens=batch_tokens, max_batch_tokens=max(grow, batch_tokens),
         max_batch_items=pick("max_batch_items", cfg.max_batch_items, tune.get("batch_max_items"), 256),
         max_wait_ms=pick("max_wait_ms", cfg.max_wait_ms, measured_wait, 5.0 if cpu else 2.0),
+        max_padding=pick("max_padding", cfg.max_padding, None, CPU_MAX_PADDING if cpu else None),
         tokenize_workers=pick("tokenize_workers", cfg.tokenize_workers, None,
                               1 if (os.cpu_count() or 1) < 8 else 2),
         # all cores by default (torch's own default). Session 2 left one core to HTTP and tokenization

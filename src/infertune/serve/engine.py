@@ -242,9 +242,10 @@ class Engine:
             if not window:
                 continue
             lengths = [round_up(len(it.ids), PAD_MULTIPLE) for it in window]  # as collated
-            plan = plan_batches(lengths, self._batching)
+            cap = self.s.max_padding
+            plan = plan_batches(lengths, self._batching, cap)
             if len(plan) > 1 and self._grown.size > self._batching.size:  # under load: fewer, larger batches
-                plan = plan_batches(lengths, self._grown)
+                plan = plan_batches(lengths, self._grown, cap)
             chosen = next(b for b in plan if 0 in b)  # window[0] is the oldest ready item: no starvation
             picked = set(chosen)
             rest = [it for i, it in enumerate(window) if i not in picked]

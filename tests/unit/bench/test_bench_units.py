@@ -91,6 +91,21 @@ def test_slo_parse_and_check():
         parse_slo("p97_e2e_ms<=5", 0.01, streaming=True)
 
 
+def test_slo_keepup_fails_a_point_whose_queue_grew_even_with_good_latency():
+    from infertune.bench.results import ClientCheck
+
+    slo = parse_slo("p99_e2e_ms<=1000", 0.01, streaming=False, keepup=0.95)
+    behind = Point(offered=Offered(rate=60), n=240, ok=240, achieved_rps=54.0, latency_ms=Percentiles(p99=566),
+                   client=ClientCheck(sent_rps=58.2))
+    ok, notes = slo.check(behind)
+    assert not ok and any("fell behind" in n and "54.0 of 58.2" in n for n in notes), notes
+    kept = behind.model_copy(update={"achieved_rps": 56.0})  # 96% of sends completed in the window
+    assert slo.check(kept)[0]
+    assert parse_slo("p99_e2e_ms<=1000", 0.01, streaming=False).check(behind)[0]  # keepup off: latency only
+    closed = behind.model_copy(update={"offered": Offered(concurrency=8)})  # closed loop: no open-loop queue
+    assert slo.check(closed)[0]
+
+
 def _fake_run(capacity: float, calls: list):
     def run(load):
         calls.append(load)
@@ -129,6 +144,31 @@ def test_search_steps_down_past_failed_confirmations():
     assert calls.count(res.max_load) >= 2
     assert any("FAIL" in s for s in res.steps[-4:])  # it did see failed confirmations on the way down
     assert res.contradicted and "noisy boundary" in res.noise_note  # a load passed, then failed its repeat
+
+
+def test_search_rechecks_a_marginal_failure_before_believing_it():
+    """A noisy neighbour makes the first try at 40 fail by a little (P99 150 vs 100); capacity is 50.
+    Without the re-check the bisection goes below 40 for good; with it the search finds ~50. A failure far
+    past the limit (P99 10x) is believed at once."""
+    slo = parse_slo("p99_e2e_ms<=100", 0.01, False)
+
+    def make(calls):
+        def run(load):
+            calls.append(load)
+            if load > 50:
+                return Point(offered=Offered(rate=load), n=100, ok=100, latency_ms=Percentiles(p99=1000))
+            unlucky = 38 < load <= 42 and calls.count(load) == 1
+            return Point(offered=Offered(rate=load), n=100, ok=100, latency_ms=Percentiles(p99=150 if unlucky else 10))
+        return run
+
+    calls: list = []
+    res = search(make(calls), slo, over="rate", start=40, tolerance=0.05, repeats=2)
+    assert res.met and 50 / 1.05 <= res.max_load <= 50, res.steps
+    assert res.rechecks == 1 and calls[:2] == [40, 40] and "re-check" in res.steps[1]
+    assert calls.count(80) == 1  # 10x the limit: not re-checked
+    calls = []
+    res = search(make(calls), slo, over="rate", start=40, tolerance=0.05, repeats=2, recheck=False)
+    assert res.met and res.max_load < 40 and res.rechecks == 0
 
 
 def test_search_over_concurrency_is_integer_and_reports_never_met():
