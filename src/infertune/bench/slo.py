@@ -71,19 +71,19 @@ class SLO:
 
     def marginal(self, p: Point) -> bool:
         """A failed point that is near the boundary rather than far past it: valid, errors within budget,
-        kept up with at least 80% of sends, and every latency term within 3x its limit. On a shared host
+        kept up with at least 88% of sends, and every latency term within 2x its limit. On a shared host
         such a failure may be the host's (a few seconds of a noisy neighbour), so the search measures it
-        again before believing it; a point far past the boundary (a server at 2x its capacity completes
-        ~half of what was sent) is not worth a second look."""
+        again before believing it; a point far past the boundary (a server at 1.2x its capacity completes
+        ~83% of what was sent) is not worth a second look."""
         if not p.valid or p.n == 0 or p.ok == 0 or p.errors.rate > self.max_error_rate:
             return False
         sent = p.client.sent_rps
-        if self.keepup and p.offered.rate and sent > 0 and p.achieved_rps < 0.8 * sent:
+        if self.keepup and p.offered.rate and sent > 0 and p.achieved_rps < 0.88 * sent:
             return False
         for t in self.terms:
             pc = getattr(p, _FIELD[t.metric])
             val = getattr(pc, t.stat) if pc is not None else None
-            if val is None or val > 3 * t.limit:
+            if val is None or val > 2 * t.limit:
                 return False
         return True
 

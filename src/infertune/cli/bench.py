@@ -37,7 +37,7 @@ def bench_cmd(
     slo: Annotated[str | None, typer.Option(help="search the highest load meeting e.g. 'p99_e2e_ms<=200'")] = None,
     slo_over: Annotated[str, typer.Option(help="what the SLO search varies: rate or concurrency")] = "rate",
     slo_keepup: Annotated[float, typer.Option(help="rate search: a point also fails when completions in its window fall below this share of sends (a queue grew); 0 = off")] = 0.95,
-    slo_recheck: Annotated[bool, typer.Option("--slo-recheck/--no-slo-recheck", help="search: measure a marginal failure (kept up with 80%+ of sends, latency within 3x the limit) once more before believing it")] = True,
+    slo_recheck: Annotated[bool, typer.Option("--slo-recheck/--no-slo-recheck", help="search: measure a marginal failure (kept up with 88%+ of sends, latency within 2x the limit) once more before believing it")] = True,
     duration: Annotated[float, typer.Option(help="measured seconds per point")] = 10.0,
     warmup: Annotated[float, typer.Option(help="seconds per point not counted")] = 2.0,
     max_requests: Annotated[int | None, typer.Option(help="cap on measured requests per point")] = None,

@@ -44,13 +44,13 @@ def serve_minilm(tmp_path_factory):
 @pytest.mark.slow
 def test_slo_search_against_infertune_serve_repeats_within_15_percent(serve_minilm):
     # The SLO is set where latency is bound by capacity, and over rates a point also fails when the server
-    # fell behind (completions < 95% of sends): the answer is the sustainable rate. 8 s points: with 4 s,
-    # back-to-back pairs of searches agreed within 1.00-1.10 in 7 of 8 pairs and 1.21 in one; a fresh-clone
-    # CI run before the keep-up check and the serve padding cap got 42.1 vs 36.4 (docs/bench.md). Exactly
-    # two searches, no third try.
+    # fell behind (completions < 95% of sends): the answer is the sustainable rate. A marginal failure is
+    # measured once more (this box's CPU speed swings up to 2x for seconds). With 5 s points three runs of
+    # this test gave 55.4/60.8, 63.8/61.2, 62.8/62.0 req/s; a fresh-clone CI run before the keep-up check,
+    # the re-check and the serve padding cap got 42.1 vs 36.4 (docs/bench.md). Exactly two searches.
     answers = []
     for seed in (0, 1):
-        res = bench(BenchConfig(url=serve_minilm, api="embeddings", slo="p99_e2e_ms<=1000", duration=8, warmup=1,
+        res = bench(BenchConfig(url=serve_minilm, api="embeddings", slo="p99_e2e_ms<=1000", duration=5, warmup=1,
                                 seed=seed, slo_tolerance=0.05))
         assert res.slo is not None and res.slo.met, res.slo
         answers.append(res.slo.max_load)
