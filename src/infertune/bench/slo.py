@@ -13,6 +13,9 @@ from infertune.errors import InfertuneError
 
 _TERM = re.compile(r"^\s*(p50|p90|p95|p99|p999|mean)_(e2e|ttft|itl|tpot)_ms\s*(<=|<)\s*([\d.]+)\s*$")
 _ERR = re.compile(r"^\s*error_rate\s*(<=|<)\s*([\d.]+)\s*$")
+# a failed point is re-checked only when it is this close to passing (SLO.marginal)
+MARGINAL_KEEPUP = 0.88
+MARGINAL_LATENCY = 2.0
 _FIELD = {"e2e": "latency_ms", "ttft": "ttft_ms", "itl": "itl_ms", "tpot": "tpot_ms"}
 
 
@@ -68,22 +71,21 @@ class SLO:
             notes.append(f"{t.stat}_{t.metric}_ms={val:.1f} {'<=' if good else '>'} {t.limit:g}")
         return ok, notes
 
-
     def marginal(self, p: Point) -> bool:
         """A failed point that is near the boundary rather than far past it: valid, errors within budget,
-        kept up with at least 88% of sends, and every latency term within 2x its limit. On a shared host
-        such a failure may be the host's (a few seconds of a noisy neighbour), so the search measures it
-        again before believing it; a point far past the boundary (a server at 1.2x its capacity completes
-        ~83% of what was sent) is not worth a second look."""
+        kept up with at least MARGINAL_KEEPUP of sends, and every latency term within MARGINAL_LATENCY x its
+        limit. On a shared host such a failure may be the host's (a few seconds of a noisy neighbour), so
+        the search measures it again before believing it; a point far past the boundary (a server at 1.2x
+        its capacity completes ~83% of what was sent) is not worth a second look."""
         if not p.valid or p.n == 0 or p.ok == 0 or p.errors.rate > self.max_error_rate:
             return False
         sent = p.client.sent_rps
-        if self.keepup and p.offered.rate and sent > 0 and p.achieved_rps < 0.88 * sent:
+        if self.keepup and p.offered.rate and sent > 0 and p.achieved_rps < MARGINAL_KEEPUP * sent:
             return False
         for t in self.terms:
             pc = getattr(p, _FIELD[t.metric])
             val = getattr(pc, t.stat) if pc is not None else None
-            if val is None or val > 2 * t.limit:
+            if val is None or val > MARGINAL_LATENCY * t.limit:
                 return False
         return True
 
