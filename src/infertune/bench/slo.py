@@ -51,17 +51,15 @@ class SLO:
             return False, [f"invalid point: {p.invalid_reason}"]
         if p.n == 0 or p.ok == 0:
             return False, ["no successful requests"]
-        sent = p.client.sent_rps
-        if self.keepup and p.offered.rate and sent > 0 and p.achieved_rps < self.keepup * sent:
+        if self._behind(p, self.keepup):
             ok = False
-            notes.append(f"fell behind: completed {p.achieved_rps:.1f} of {sent:.1f} req/s sent "
+            notes.append(f"fell behind: completed {p.achieved_rps:.1f} of {p.client.sent_rps:.1f} req/s sent "
                          f"(< {self.keepup:.0%}; a queue grew)")
         if p.errors.rate > self.max_error_rate:
             ok = False
             notes.append(f"error rate {p.errors.rate:.2%} > {self.max_error_rate:.2%}")
         for t in self.terms:
-            pc = getattr(p, _FIELD[t.metric])
-            val = getattr(pc, t.stat) if pc is not None else None
+            val = _value(p, t)
             if val is None:
                 ok = False
                 notes.append(f"{t.stat}_{t.metric}_ms not measured (streaming off?)")
@@ -79,15 +77,20 @@ class SLO:
         its capacity completes ~83% of what was sent) is not worth a second look."""
         if not p.valid or p.n == 0 or p.ok == 0 or p.errors.rate > self.max_error_rate:
             return False
-        sent = p.client.sent_rps
-        if self.keepup and p.offered.rate and sent > 0 and p.achieved_rps < MARGINAL_KEEPUP * sent:
+        if self._behind(p, MARGINAL_KEEPUP):
             return False
-        for t in self.terms:
-            pc = getattr(p, _FIELD[t.metric])
-            val = getattr(pc, t.stat) if pc is not None else None
-            if val is None or val > MARGINAL_LATENCY * t.limit:
-                return False
-        return True
+        return all((v := _value(p, t)) is not None and v <= MARGINAL_LATENCY * t.limit for t in self.terms)
+
+    def _behind(self, p: Point, share: float) -> bool:
+        """Open loop with the keep-up check on: completions in the window < `share` of the sends."""
+        sent = p.client.sent_rps
+        return bool(self.keepup and p.offered.rate and sent > 0 and p.achieved_rps < share * sent)
+
+
+def _value(p: Point, t: Term) -> float | None:
+    """The point's figure for one SLO term (None when not measured, e.g. TTFT without streaming)."""
+    pc = getattr(p, _FIELD[t.metric])
+    return getattr(pc, t.stat) if pc is not None else None
 
 
 def parse_slo(text: str, max_error_rate: float, streaming: bool, keepup: float = 0.0) -> SLO:
