@@ -332,7 +332,7 @@ def _eval_text(args):
     PYTHONPATH=src), and the CPU fp32 reference perplexity on exactly that text."""
     from infertune.config import TuneConfig
     from infertune.llm.models import LMSpec, load_tokenizer
-    from infertune.llm.tune import _plan
+    from infertune.tasks.causal_lm.plan import workload_plan as _plan
 
     cfg = json.loads((Path(args.hf_dir) / "config.json").read_text())
     spec = LMSpec(name="smollm2", path=str(args.hf_dir), source="gguf", random_weights=False, n_params=0,

@@ -90,8 +90,8 @@ def load_model(path_or_name: str | Path, device: str = "cpu", pooling: str | Non
     if ref.format == "artifact":
         return load_embedder(ref.path, device)
     from infertune.backends.torch_eager import TorchEager
-    from infertune.candidates import reference
     from infertune.models.embedding import embedding_spec
+    from infertune.tasks.embedding.candidates import reference
 
     spec = embedding_spec(ref, pooling)
     return TorchEager.prepare(spec, reference(device), device, Path(".infertune-work"))

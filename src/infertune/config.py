@@ -111,7 +111,14 @@ class TuneConfig(BaseModel):
     sensitivity: bool = True
     lm_accuracy: LMAccuracyBudget = LMAccuracyBudget()  # causal LMs (issue 6)
     lm_batches: tuple[int, ...] = Field((1, 8, 32), description="causal LMs: decode batch sizes for TPOT")
-    lm_time_budget_s: float = Field(540, gt=0, description="causal LMs: wall-clock budget; later candidates skip")
+    lm_time_budget_s: float = Field(540, gt=0, description="causal LMs: the default time budget when "
+                                    "time_budget_s is not set")
+    time_budget_s: float | None = Field(None, gt=0, description=(
+        "wall-clock budget of the whole run, sensitivity search included; default: 300 s for embeddings "
+        "on CPU (150 with --quick), 180 s on GPU; lm_time_budget_s for causal LMs (half with --quick)"))
+    drop_below: float = Field(0.5, ge=0, lt=1, description=(
+        "successive halving: a candidate whose probe runs below this fraction of the best verified probe "
+        "so far is dropped with its figure"))
 
     @field_validator("workload")
     @classmethod

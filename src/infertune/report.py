@@ -4,14 +4,11 @@
 from __future__ import annotations
 
 import html
-import io
 from pathlib import Path
 
+from infertune.plots import figure_svg
+from infertune.plots import fmt as _f
 from infertune.results import TuneResult
-
-
-def _f(x, fmt="{:.1f}") -> str:
-    return "-" if x is None else fmt.format(x)
 
 
 def print_summary(result: TuneResult) -> None:
@@ -21,20 +18,23 @@ def print_summary(result: TuneResult) -> None:
     if result.kind == "causal-lm":
         from infertune.llm.report import print_lm_summary
 
-        return print_lm_summary(result)
+        print_lm_summary(result)
+        return print_search(result)
     con = Console(stderr=True)
     if not con.is_terminal:
         con = Console(stderr=True, width=200)
     t = Table(title=f"infertune tune: {result.model} ({result.config.get('device')})", show_lines=False)
-    for col in ("candidate", "status", "items/s best (n)", "median", "range", "P50 ms", "P99 ms", "cos mean",
-                "cos min", "top10", "vs naive"):
+    for col in ("candidate", "status", "stage", "time s", "items/s best (n)", "median", "range", "P50 ms",
+                "P99 ms", "cos mean", "cos min", "top10", "vs naive"):
         t.add_column(col, justify="left" if col in ("candidate", "status") else "right")
     order = sorted(result.candidates, key=lambda r: -(r.items_per_s or 0))
     for r in order:
         m = r.measurement
         style = "bold green" if result.winner and r.name == result.winner.name else (
             "dim" if r.status in ("skipped", "failed") else None)
-        t.add_row(r.name, r.status, f"{_f(r.items_per_s)} (n={m.passes})" if m else "-",
+        probe = f"{_f(r.probe.get('speed'))} (probe)" if r.probe and not m else "-"
+        t.add_row(r.name, r.status, r.stage or "-", _f(r.time_s, "{:.0f}"),
+                  f"{_f(r.items_per_s)} (n={m.passes})" if m else probe,
                   _f(m.items_per_s_median) if m else "-",
                   f"{m.items_per_s_spread[0]:.0f}-{m.items_per_s_spread[1]:.0f}" if m else "-",
                   _f(r.latency_ms.p50), _f(r.latency_ms.p99), _f(r.accuracy.cosine_mean, "{:.5f}"),
@@ -46,20 +46,41 @@ def print_summary(result: TuneResult) -> None:
             con.print(f"  [dim]{r.status}[/] {r.name}: {r.reason}", highlight=False)
     for line in result.decision:
         con.print(line, highlight=False)
+    print_search(result, con)
     con.print(f"results: {result.out_dir}/results.json  report: {result.out_dir}/report.html", highlight=False)
     if result.next_command:
         con.print(f"next: [bold]{result.next_command}[/]", highlight=False)
 
 
-def figure_svg(fig) -> str:
-    """A matplotlib figure as inline SVG markup (closes the figure). Shared by every HTML report."""
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
-    import matplotlib.pyplot as plt
+def search_lines(result: TuneResult) -> list[str]:
+    """The search in a few sentences: host, budget, stages, what was dropped or not tried, and why."""
+    s = result.search
+    if not s:
+        return []
+    lines = [f"Host: {s.get('capabilities', '?')}."]
+    stages = ", ".join(f"{x['stage']} {x['ended_s'] - x['started_s']:.0f} s" for x in s.get("stages", []))
+    lines.append(f"Search: {s.get('wall_s') or 0:.0f} s of a {s.get('time_budget_s', 0):.0f} s budget ({stages}).")
+    for d in s.get("dropped", []):
+        c = s.get("candidates", {}).get(d["candidate"], {})
+        lines.append(f"Dropped at the {d['stage']}: {d['candidate']} ({d['ratio']:.2f}x the best so far, "
+                     f"cost {c.get('time_s') or 0:.1f} s).")
+    for eng, e in (s.get("refine") or {}).items():
+        pts = ", ".join(f"{p['tokens']}: {p['items_per_s']:.0f}/s P99 {p['p99_ms']:.0f} ms" for p in e["points"])
+        lines.append(f"Batch budget of {eng} searched against the SLO ({e['target_ms']:.0f} ms probe target; "
+                     f"padded tokens: items/s, P99): {pts} -> {e['chosen_tokens']} tokens.")
+    for n in s.get("not_tried", []):
+        if "--candidates" not in n["why"]:
+            lines.append(f"Not tried: {n['candidate']}: {n['why']}.")
+    return lines
 
-    plt.close(fig)
-    s = buf.getvalue()
-    return s[s.find("<svg"):]
+
+def print_search(result: TuneResult, con=None) -> None:
+    if con is None:
+        from rich.console import Console
+
+        con = Console(stderr=True)
+    for line in search_lines(result):
+        con.print(f"[dim]{line}[/]", highlight=False)
 
 
 def _plots(result: TuneResult) -> dict[str, str]:
@@ -124,7 +145,8 @@ def write_report(result: TuneResult, path: Path) -> Path:
     for r in sorted(result.candidates, key=lambda r: -(r.items_per_s or 0)):
         m = r.measurement
         rows.append(
-            f"<tr class='{r.status}'><td>{e(r.name)}</td><td>{r.status}</td><td>{_f(r.items_per_s)}</td>"
+            f"<tr class='{r.status}'><td>{e(r.name)}</td><td>{r.status}</td><td>{e(r.stage or '-')}</td>"
+            f"<td>{_f(r.time_s, '{:.0f}')}</td><td>{_f(r.items_per_s)}</td>"
             f"<td>{_f(m.items_per_s_median) if m else '-'}</td><td>{m.passes if m else '-'}</td>"
             f"<td>{(f'{m.items_per_s_spread[0]:.1f}-{m.items_per_s_spread[1]:.1f}') if m else '-'}</td>"
             f"<td>{_f(r.latency_ms.p50)}</td><td>{_f(r.latency_ms.p95)}</td><td>{_f(r.latency_ms.p99)}</td>"
@@ -142,7 +164,8 @@ td,th{{border:1px solid #ccc;padding:3px 6px}}tr.rejected{{color:#a60}}tr.failed
 svg{{max-width:100%;height:auto}}</style></head><body>
 <h1>infertune tune: {e(result.model)}</h1>
 <p>{'<br>'.join(e(x) for x in result.decision)}</p>
-<h2>Candidates</h2><table><tr><th>candidate</th><th>status</th><th>items/s (best pass)</th><th>median</th><th>n</th><th>range</th>
+<h2>Search</h2><p>{'<br>'.join(e(x) for x in search_lines(result))}</p>
+<h2>Candidates</h2><table><tr><th>candidate</th><th>status</th><th>stage</th><th>time s</th><th>items/s (best pass)</th><th>median</th><th>n</th><th>range</th>
 <th>P50 ms</th><th>P95 ms</th><th>P99 ms</th><th>cos mean</th><th>cos min</th><th>top-10</th><th>vs naive</th><th>reason</th></tr>
 {''.join(rows)}</table>
 {sections}

@@ -88,6 +88,12 @@ class CandidateResult(BaseModel):
     tpot_by_batch: dict[str, Latency] = {}  # "8" -> one decode step at batch 8
     roofline_fraction: float | None = Field(None, description="batch-1 memory roofline time / measured TPOT")
     weight_bytes: int | None = None  # bytes one decode step must read (weights)
+    # the search (issue 12): how far the candidate got, what it cost, why it was tried or dropped
+    stage: str | None = Field(None, description="furthest stage reached: prepare | probe | full | confirm")
+    time_s: float | None = Field(None, description="seconds this candidate cost the run, all stages")
+    why_tried: str = ""  # what this engine is good at on this host
+    probe: dict[str, Any] = {}  # the short first measurement: speed, unit, p99_ms, ...
+    dropped: str | None = None  # why successive halving dropped it
 
 
 class EnvFingerprint(BaseModel):
@@ -147,3 +153,5 @@ class TuneResult(BaseModel):
     wall_s: float | None = None
     next_command: str | None = None
     lm: dict[str, Any] = {}  # causal LMs: model facts, measured memory bandwidth, eval text size, greedy setup
+    search: dict[str, Any] = {}  # stages, time per candidate, why each was or was not tried, batching search
+    achievable: dict[str, Any] = {}  # when no winner: lowest P99, fastest within accuracy, flags to admit it

@@ -1,11 +1,14 @@
-"""A candidate that raises, hangs, crashes its process or is unavailable is recorded, and the run goes on.
-Uses the fake backend for the misbehaving candidates and the real MiniLM for the fp32 reference."""
+"""A candidate that raises, hangs, crashes its process or is unavailable is recorded, and the run goes on;
+a pathological one is dropped after its probe and costs seconds; with nothing eligible the run still
+writes results and says what is achievable. Fake backend for the misbehaving candidates, the real MiniLM
+for the fp32 reference and the naive baseline."""
 
 import json
 
 import pytest
 
-from infertune.config import Batching, Candidate, TuneConfig
+from infertune.config import SLO, Batching, Candidate, TuneConfig
+from infertune.tasks.embedding.candidates import reference
 from infertune.tune import tune
 
 B = Batching(kind="tokens", size=512)
@@ -24,9 +27,10 @@ def test_misbehaving_candidates_are_recorded_and_run_continues(tmp_path):
         fake(fail="hang", timeout_s="4"),
         fake(unavailable="needs a flux capacitor"),
         fake(fail="forward", tag="f"),
+        fake(us_per_token="3000"),  # ~0.1 s per item: far below the fp32 reference
     ]
-    cfg = TuneConfig(quick=True, rounds=1, max_eval_items=24, out=tmp_path, write_artifact=False,
-                     sensitivity=False, candidate_timeout_s=120)
+    cfg = TuneConfig(quick=True, rounds=1, max_eval_items=48, out=tmp_path, write_artifact=False,
+                     sensitivity=False, candidate_timeout_s=120, slo=SLO(p99_ms=0.5), time_budget_s=120)
     res = tune(cfg, quiet=True, candidates=cands)
     by = {c.name: c for c in res.candidates}
     assert by[cands[1].id].status == "failed" and "asked to fail in prepare" in by[cands[1].id].reason
@@ -34,10 +38,24 @@ def test_misbehaving_candidates_are_recorded_and_run_continues(tmp_path):
     assert by[cands[3].id].status == "failed" and "timed out" in by[cands[3].id].reason
     assert by[cands[4].id].status == "skipped" and by[cands[4].id].reason == "needs a flux capacitor"
     assert by[cands[5].id].status == "failed" and "forward" in by[cands[5].id].reason
-    # the well-behaved fake was measured, and verified (its vectors are not the model's: rejected)
+    # the well-behaved fake was probed and verified (its vectors are not the model's: rejected)
     ok = by[cands[0].id]
-    assert ok.items_per_s and ok.items_per_s > 0 and ok.status == "rejected"
-    # the real reference and baseline ran too, and everything is on disk
-    assert by["torch-eager/fp32/tokens-1024"].accuracy.cosine_min > 0.99999
+    assert ok.status == "rejected" and "cosine" in ok.reason and ok.probe["speed"] > 0
+    # the pathological one: dropped after its probe (checked twice), within seconds
+    slow = by[cands[6].id]
+    assert slow.status == "rejected" and slow.stage == "probe" and "dropped after the probe" in slow.reason
+    assert slow.time_s <= 15, slow.time_s
+    print(f"\npathological candidate: probe {slow.probe['speed']:.1f} items/s, cost {slow.time_s:.1f} s")
+    # the real reference and baseline ran too
+    ref = by[reference("cpu").id]
+    assert ref.accuracy.cosine_min > 0.99999 and ref.stage in ("full", "confirm")
+    # a 0.5 ms SLO: no winner, but what is achievable and the flag that admits it
+    assert res.winner is None
+    fast = res.achievable["fastest_within_accuracy"]
+    assert fast["flags"].startswith("--slo-p99-ms") and float(fast["flags"].split()[1]) >= fast["p99_ms"]
     saved = json.loads((tmp_path / "results.json").read_text())
     assert {c["name"] for c in saved["candidates"]} == set(by)
+    s = saved["search"]
+    assert s["candidates"][cands[6].id]["stage"] == "probe" and s["dropped"][0]["candidate"] == cands[6].id
+    assert [x["stage"] for x in s["stages"]] == ["probe", "refine", "full", "confirm"]
+    assert saved["wall_s"] <= 1.1 * 120

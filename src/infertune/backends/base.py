@@ -76,25 +76,40 @@ class Embedder:
             out[b] = vec if pooled else self.postprocess(vec)
         return out
 
-    def measure_pass(self, texts: Sequence[str], batching: Batching) -> dict[str, Any]:
+    def measure_pass(self, texts: Sequence[str], batching: Batching, max_s: float | None = None,
+                     shuffle: int | None = None) -> dict[str, Any]:
         """One timed pass: tokenize all, batch, forward, post-process. Tokenization time is spread
-        over batches in proportion to their items, so per-batch latency is end to end."""
+        over batches in proportion to their items, so per-batch latency is end to end.
+
+        Probes: `shuffle` runs the planned batches in a seeded random order and `max_s` stops after the
+        batch that crosses it, so a partial pass still samples every length (items/s counts the items of
+        the batches that ran)."""
         t0 = time.perf_counter()
         ids = self.token_ids(texts)
         t_tok = time.perf_counter() - t0
         lengths = [len(x) for x in ids]
         batches = plan_batches(lengths, batching)
-        lat = []
+        if shuffle is not None:
+            import random
+
+            random.Random(shuffle).shuffle(batches)
+        lat, done = [], []
         for b in batches:
             t = time.perf_counter()
             vec = self.forward(self.collate([ids[i] for i in b]))
             self.postprocess(vec)
             self.synchronize()
             lat.append((time.perf_counter() - t + t_tok * len(b) / len(texts)) * 1000)
+            done.append(b)
+            if max_s is not None and time.perf_counter() - t0 > max_s:
+                break
         wall = time.perf_counter() - t0
-        padded = sum(len(b) * max(lengths[i] for i in b) for b in batches)
-        return {"wall_s": wall, "latency_ms": lat, "items": len(texts), "tokens": sum(lengths),
-                "padded_tokens": padded, "batches": len(batches)}
+        if len(done) < len(batches):  # partial: charge only the tokenization of the items that ran
+            wall -= t_tok * (1 - sum(map(len, done)) / len(texts))
+        padded = [len(b) * max(lengths[i] for i in b) for b in done]
+        return {"wall_s": wall, "latency_ms": lat, "items": sum(map(len, done)),
+                "tokens": sum(lengths[i] for b in done for i in b), "padded_tokens": sum(padded),
+                "padded_per_batch": padded, "batches": len(done), "complete": len(done) == len(batches)}
 
     def describe(self) -> dict[str, Any]:
         return {}

@@ -30,27 +30,36 @@ class STEmbedder(Embedder):
         return self.st.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,
                               show_progress_bar=False, normalize_embeddings=False)
 
-    def measure_pass(self, texts: Sequence[str], batching: Batching) -> dict[str, Any]:
+    def measure_pass(self, texts: Sequence[str], batching: Batching, max_s: float | None = None,
+                     shuffle: int | None = None) -> dict[str, Any]:
         texts = list(texts)
         order = np.argsort([-len(t) for t in texts], kind="stable")  # as SentenceTransformer.encode sorts
+        chunks = [order[i : i + self.batch_size] for i in range(0, len(texts), self.batch_size)]
+        if shuffle is not None:
+            import random
+
+            random.Random(shuffle).shuffle(chunks)
         t0 = time.perf_counter()
-        lat = []
-        for i in range(0, len(texts), self.batch_size):
-            chunk = [texts[j] for j in order[i : i + self.batch_size]]
+        lat, done = [], []
+        for c in chunks:
             t = time.perf_counter()
-            self.st.encode(chunk, batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False)
+            self.st.encode([texts[j] for j in c], batch_size=self.batch_size, convert_to_numpy=True,
+                           show_progress_bar=False)
             if self.device == "cuda":
                 import torch
 
                 torch.cuda.synchronize()
             lat.append((time.perf_counter() - t) * 1000)
+            done.append(c)
+            if max_s is not None and time.perf_counter() - t0 > max_s:
+                break
         wall = time.perf_counter() - t0
         ids = self.token_ids(texts)
         lengths = [len(x) for x in ids]
-        padded = sum(len(c) * max(lengths[j] for j in c) for c in
-                     (order[i : i + self.batch_size] for i in range(0, len(texts), self.batch_size)))
-        return {"wall_s": wall, "latency_ms": lat, "items": len(texts), "tokens": sum(lengths),
-                "padded_tokens": int(padded), "batches": len(lat)}
+        padded = [int(len(c) * max(lengths[j] for j in c)) for c in done]
+        return {"wall_s": wall, "latency_ms": lat, "items": int(sum(map(len, done))),
+                "tokens": int(sum(lengths[j] for c in done for j in c)), "padded_tokens": int(sum(padded)),
+                "padded_per_batch": padded, "batches": len(lat), "complete": len(done) == len(chunks)}
 
     def describe(self) -> dict[str, Any]:
         import sentence_transformers

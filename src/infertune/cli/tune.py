@@ -39,13 +39,21 @@ def tune_cmd(
     max_ppl_delta: Annotated[float, typer.Option(help="causal LMs: allowed perplexity rise vs the reference (0.02 = +2%)")] = 0.02,
     min_top1: Annotated[float, typer.Option(help="causal LMs: minimum next-token top-1 agreement with the reference")] = 0.97,
     lm_batches: Annotated[str, typer.Option(help="causal LMs: decode batch sizes for TPOT, comma-separated")] = "1,8,32",
-    lm_time_budget: Annotated[float, typer.Option(help="causal LMs: wall-clock budget in seconds; candidates that cannot start in it are skipped")] = 540,
+    lm_time_budget: Annotated[float, typer.Option(help="causal LMs: the default --time-budget (seconds; halved with --quick)")] = 540,
+    time_budget: Annotated[float | None, typer.Option(help="wall-clock budget of the whole run in seconds, honoured within ~10%: every stage scales to it and candidates that cannot start in time are skipped with that reason. Default: 300 (150 with --quick) for embeddings on CPU, 180 on GPU, --lm-time-budget for causal LMs")] = None,
+    drop_below: Annotated[float, typer.Option(help="successive halving: drop a candidate whose short probe runs below this fraction of the best verified probe so far (0 keeps every candidate)")] = _default("drop_below"),
     as_json: Annotated[bool, typer.Option("--json", help="print results.json to stdout; humans read stderr")] = False,
 ) -> None:
-    """Measure candidates (backend x precision x batching) on your workload, verify each against the
-    fp32 original, and keep the fastest that meets the SLO and the accuracy budget.
+    """Measure candidates (engine x precision x batching) chosen for this host on your workload, verify
+    each against the original, and keep the fastest that meets the SLO and the accuracy budget.
 
-    Writes results.json, report.html and artifact/ (servable with `infertune serve`)."""
+    The search: every candidate gets a short probe and is dropped when clearly behind (--drop-below);
+    survivors are verified, their batch token budget is searched against the SLO, then they are measured
+    in interleaved rounds and the leaders confirmed, all inside --time-budget.
+
+    Writes results.json, report.html and artifact/ (servable with `infertune serve`).
+    Exit codes: 0 a winner; 2 bad input; 3 no candidate met the constraints (results.json's
+    `achievable` and the printed decision give the flags that would admit the best ones)."""
     from infertune.config import SLO, AccuracyBudget, LMAccuracyBudget, TuneConfig
     from infertune.errors import InfertuneError
     from infertune.tune import tune
@@ -58,7 +66,8 @@ def tune_cmd(
         candidates=[c.strip() for c in candidates.split(",") if c.strip()] if candidates else None,
         rounds=rounds, confirm_rounds=confirm_rounds, tie_margin=tie_margin, threads=threads, max_eval_items=max_eval_items, pooling=pooling,
         lm_accuracy=LMAccuracyBudget(max_ppl_delta_rel=max_ppl_delta, min_top1_agreement=min_top1),
-        lm_batches=_batches(lm_batches), lm_time_budget_s=lm_time_budget,
+        lm_batches=_batches(lm_batches), lm_time_budget_s=lm_time_budget, time_budget_s=time_budget,
+        drop_below=drop_below,
     )
     result = tune(cfg)
     from infertune.report import print_summary
@@ -66,8 +75,10 @@ def tune_cmd(
     print_summary(result)
     if as_json:
         typer.echo(json.dumps(result.model_dump(mode="json"), indent=2))
-    if result.winner is None:
-        raise typer.Exit(1)
+    if result.winner is None:  # results.json and report.html are written; `achievable` says what would pass
+        from infertune.tune import NO_WINNER_EXIT
+
+        raise typer.Exit(NO_WINNER_EXIT)
 
 
 def _batches(text: str) -> tuple[int, ...]:

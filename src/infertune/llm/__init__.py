@@ -1,2 +1,2 @@
 """Generative (causal) language models: tune, verify, measure, write a vLLM-loadable artifact, serve
-through vLLM. Entry point: `infertune.llm.tune:tune_lm` (reached through `infertune.tune.tune`)."""
+through vLLM. The search loop is infertune.tuning; this family plugs in through infertune.tasks.causal_lm."""

@@ -37,27 +37,26 @@ def vllm_commands(model_dir: str | Path, dtype: str, max_model_len: int, port: i
     }
 
 
-def save_artifact(run, result, out: Path, tok, console) -> None:
-    from infertune.tune import _short
-
+def save_artifact(workers, cands, greedy_by_id, prompts, result, out: Path, tok, console, spec) -> None:
     win = result.winner
-    c = run.cands[win.name]
-    w = run.workers.get(c.id)
+    c = cands[win.name]
+    w = workers.get(c.id)
     if w is None:
         return
     art = out / "artifact"
     try:
         saved = w.call("save", path=str(art))
     except Exception as e:  # noqa: BLE001 - the results stand without an artifact
-        console.print(f"[yellow]artifact not written: {_short(e)}[/]")
+        console.print(f"[yellow]artifact not written: {str(e).strip()[:300]}[/]")
         return
     # what vLLM must reproduce: greedy continuations of the float weights in the served dtype
-    same_float = next((k for k, v in run.cands.items() if v.precision == c.precision and not v.quant
-                       and k in run.greedy), None)
+    same_float = next((k for k, v in cands.items() if v.precision == c.precision and not v.quant
+                       and k in greedy_by_id), None)
     expected_from = c.id if not c.quant else (same_float or result.reference)
-    greedy = [{"prompt": tok.decode(p), "prompt_ids": list(p), "prompt_tokens": len(p), "tokens": run.greedy[expected_from][i],
-               "text": tok.decode(run.greedy[expected_from][i])} for i, p in enumerate(run.plan["greedy"])]
-    write_manifest(art, run.spec, c, result, saved, greedy, expected_from)
+    greedy = [{"prompt": tok.decode(p), "prompt_ids": list(p), "prompt_tokens": len(p),
+               "tokens": greedy_by_id[expected_from][i], "text": tok.decode(greedy_by_id[expected_from][i])}
+              for i, p in enumerate(prompts)]
+    write_manifest(art, spec, c, result, saved, greedy, expected_from)
     result.artifact = str(art)
 
 

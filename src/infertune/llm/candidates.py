@@ -37,28 +37,6 @@ def reference(device: str) -> LMCandidate:
     return LMCandidate(backend="hf-generate", precision="fp32" if device == "cpu" else "bf16")
 
 
-def default_candidates(device: str, quick: bool = False) -> list[LMCandidate]:
-    ref = reference(device)
-    C = LMCandidate
-    if device == "cpu":  # most promising first: a time budget skips the tail
-        c = [ref, C(backend="static", precision="fp32"), C(backend="static", precision="bf16"),
-             C(backend="static", precision="bf16", quant="int8-wo"), C(backend="hf-generate", precision="bf16"),
-             C(backend="static", precision="fp32", quant="torch.ao-dynamic")]
-        if not quick:  # each compile costs 1-2 min per batch size on 2 cores (more on a busy box)
-            c += [C(backend="static-compile", precision="fp32"), C(backend="static-compile", precision="bf16")]
-    else:
-        c = [ref, C(backend="hf-generate", precision="fp16"), C(backend="static", precision="bf16"),
-             C(backend="cuda-graph", precision="bf16"), C(backend="cuda-graph", precision="fp16"),
-             C(backend="cuda-graph", precision="bf16", quant="torchao-int8-wo"),
-             C(backend="cuda-graph-compile", precision="bf16")]
-        if not quick:
-            c += [C(backend="cuda-graph", precision="bf16", quant="torchao-int4"),
-                  C(backend="cuda-graph", precision="bf16", quant="torchao-fp8"),
-                  C(backend="cuda-graph", precision="bf16", quant="torchao-int8-dyn")]
-    c.append(C(backend="vllm", precision="bf16"))
-    return c
-
-
 def available(c: LMCandidate, device: str) -> str | None:
     """None if `c` can run here, else one sentence saying why not."""
     if c.backend == "vllm":
@@ -83,8 +61,3 @@ def available(c: LMCandidate, device: str) -> str | None:
     if device == "cpu" and c.precision == "fp16":
         return "fp16 matmuls are slow or missing on CPU; bf16 is the CPU half type"
     return None
-
-
-def matches(c: LMCandidate, filters: list[str] | None) -> bool:
-    """Keep `c` if any filter is a substring of its id; a filter ending in "$" must end the id."""
-    return not filters or any(c.id.endswith(f[:-1]) if f.endswith("$") else f in c.id for f in filters)

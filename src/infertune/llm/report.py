@@ -7,7 +7,8 @@ import html
 import json
 from pathlib import Path
 
-from infertune.report import _f, figure_svg
+from infertune.plots import figure_svg
+from infertune.plots import fmt as _f
 from infertune.results import CandidateResult, TuneResult
 
 

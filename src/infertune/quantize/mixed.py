@@ -19,8 +19,11 @@ def _cosines(ref, got):
 
 
 def search(spec: dict, texts: list[str], min_cosine_mean: float, min_cosine_min: float,
-           max_keep: int | None = None) -> dict[str, Any]:
-    """Return {"sensitivity": [...], "keep_high": [...], "steps": [...]} (all figures on `texts`)."""
+           max_keep: int | None = None, max_s: float | None = None) -> dict[str, Any]:
+    """Return {"sensitivity": [...], "keep_high": [...], "steps": [...]} (all figures on `texts`).
+
+    `max_s`: when the per-layer pass runs out of time, the layers not yet measured count as the most
+    sensitive (kept high): the answer stays safe, only less aggressive."""
     from infertune.backends.torch_eager import TorchEmbedder
     from infertune.config import Batching, Candidate
     from infertune.models.embedding import EmbeddingSpec, load_encoder, load_tokenizer
@@ -39,12 +42,16 @@ def search(spec: dict, texts: list[str], min_cosine_mean: float, min_cosine_min:
     ref = run(base)
     names = linear_names(base)
     sens = []
+    unmeasured = []
     for n in names:
+        if max_s is not None and time.perf_counter() - t0 > 0.6 * max_s:
+            unmeasured.append(n)
+            continue
         cos = _cosines(ref, run(quantize_dynamic_int8(base, [n])))
         sens.append({"layer": n, "cosine_mean": float(cos.mean()), "cosine_min": float(cos.min()),
                      "drop": float(1 - cos.mean())})
     sens.sort(key=lambda s: s["drop"], reverse=True)
-    order = [x["layer"] for x in sens]
+    order = unmeasured + [x["layer"] for x in sens]
     limit = len(names) if max_keep is None else min(max_keep, len(names))
     steps: list[dict] = []
     memo: dict[int, bool] = {}
@@ -76,4 +83,4 @@ def search(spec: dict, texts: list[str], min_cosine_mean: float, min_cosine_min:
     final = next(x for x in steps if x["kept_high"] == k)
     met = final["meets_budget"]
     return {"sensitivity": sens, "keep_high": keep, "steps": steps, "met_on_calibration": met,
-            "n_layers": len(names), "n_calibration": len(texts), "search_s": round(time.perf_counter() - t0, 1)}
+            "n_layers": len(names), "n_calibration": len(texts), "unmeasured": len(unmeasured), "search_s": round(time.perf_counter() - t0, 1)}

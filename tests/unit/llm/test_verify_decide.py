@@ -1,7 +1,8 @@
 import math
 
 from infertune.config import LMAccuracyBudget, TuneConfig
-from infertune.llm.decide import decide_lm
+from infertune.tasks.causal_lm.task import CausalLMTask
+from infertune.tuning.decide import decide
 from infertune.llm.verify import accuracy, greedy_agreement, prefix_match, within_budget
 from infertune.results import Accuracy, CandidateResult, EnvFingerprint, Latency, TuneResult
 
@@ -38,7 +39,9 @@ def test_decide_picks_fastest_within_budget_and_keeps_rejected():
     cands[-1] = cands[-1].model_copy(update={"status": "skipped", "tokens_per_s": None})
     r = TuneResult(kind="causal-lm", model="m", config=TuneConfig().model_dump(mode="json"),
                    environment=EnvFingerprint(), candidates=cands, reference="hf-generate/fp32")
-    decide_lm(r, TuneConfig())
+    task = CausalLMTask(TuneConfig(), None, None)
+    r.baseline = cands[0]
+    decide(task, r, 0.0, task.drift)
     assert r.winner.name == "static/bf16"
     assert r.winner.speedup_vs_baseline == 1.5
     rej = next(c for c in r.candidates if c.name.endswith("torch.ao-dynamic"))

@@ -1,6 +1,16 @@
+"""The one decision rule (infertune.tuning.decide) as the embedding task applies it: fastest within SLO
+and accuracy, ties to the simpler engine, and a useful answer when nothing is eligible."""
+
 from infertune.config import SLO, AccuracyBudget, TuneConfig
-from infertune.decide import decide, pareto_front
 from infertune.results import Accuracy, CandidateResult, EnvFingerprint, Latency, TuneResult
+from infertune.tasks.embedding.task import EmbeddingTask
+from infertune.tuning.decide import decide as _decide
+from infertune.tuning.decide import pareto_front
+
+
+def decide(res, cfg):
+    task = EmbeddingTask(cfg, None, None)
+    _decide(task, res, cfg.tie_margin, task.drift)
 
 
 def _r(name, ips, p99, cos, meets_acc=True):
@@ -26,15 +36,33 @@ def test_fastest_within_slo_and_budget_wins_and_others_are_explained():
     assert any("5.00x" in line for line in res.decision)
 
 
-def test_no_eligible_candidate_gives_no_winner():
-    res = _result([_r("st-naive/fp32/batch-32", 50, 900, 1.0), _r("a", 300, 500, 0.99)])
+def test_no_eligible_candidate_gives_no_winner_but_says_what_is_achievable():
+    res = _result([_r("st-naive/fp32/batch-32", 50, 900, 1.0), _r("a", 300, 500, 0.99, meets_acc=False),
+                   _r("b", 120, 180, 0.9999), _r("c", 90, 140, 0.9999)])
     decide(res, TuneConfig(slo=SLO(p99_ms=100)))
     assert res.winner is None and "No candidate" in res.decision[0]
+    ach = res.achievable
+    assert ach["lowest_p99"] == {"name": "c", "p99_ms": 140.0}
+    fast = ach["fastest_within_accuracy"]
+    # the flag admits b: its P99 (180 ms) rounded up to a limit it meets
+    assert fast["name"] == "b" and fast["flags"].startswith("--slo-p99-ms ")
+    assert 180 <= float(fast["flags"].split()[1]) <= 200
+    text = " ".join(res.decision)
+    assert "--slo-p99-ms" in text and "Lowest P99 measured: c" in text
+
+
+def test_probe_only_candidates_are_never_winners():
+    fast = _r("probed", 900, 10, 1.0)
+    fast.stage = "probe"
+    res = _result([_r("st-naive/fp32/batch-32", 50, 900, 1.0), fast, _r("full", 200, 50, 1.0)])
+    decide(res, TuneConfig(slo=SLO(p99_ms=100)))
+    assert res.winner.name == "full"
 
 
 def test_pareto_front():
     cands = [_r("slow-exact", 10, 1, 1.0), _r("fast-lossy", 100, 1, 0.9), _r("dominated", 50, 1, 0.89)]
-    assert pareto_front(cands) == ["fast-lossy", "slow-exact"]
+    task = EmbeddingTask(TuneConfig(), None, None)
+    assert pareto_front(task, cands, task.drift) == ["fast-lossy", "slow-exact"]
 
 
 def _b(name, backend, ips):
@@ -73,4 +101,4 @@ def test_within_the_margin_the_same_engine_with_the_lower_p99_wins():
     res = _result([_r("st-naive/fp32/batch-32", 50, 900, 1.0), big, small])
     decide(res, TuneConfig(slo=SLO(p99_ms=100), tie_margin=0.10))
     assert res.winner.name == "eager-1024"
-    assert any("lower P99" in line for line in res.decision)
+    assert any("lower latency" in line for line in res.decision)

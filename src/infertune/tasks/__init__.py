@@ -1,0 +1,1 @@
+"""Model families plugged into the one search loop (infertune.tuning): only what differs lives here."""

@@ -1,0 +1,60 @@
+"""Which causal-LM engines to try on this host, from what it can do, most promising first.
+
+CPU: bf16 needs native bf16 (AVX512-BF16 or AMX): on an AVX2-only EPYC it is emulated and slower than
+fp32, so it is not tried there. GPU: bf16 needs compute capability 8.0, fp8 8.9. The compiled, graph-
+captured step (cuda-graph-compile) comes first on GPU: it was the fastest batch-1 decode measured on the
+H200 (22.1% of the memory roofline for the Qwen3-0.6B shape, docs/measurements/h200-2026-11-29-s2), and
+its compile must start while the budget is fresh."""
+
+from __future__ import annotations
+
+from infertune.hardware import Capabilities
+from infertune.llm.candidates import LMCandidate, reference
+from infertune.tuning.task import Option
+
+
+def options(caps: Capabilities, quick: bool = False) -> list[Option]:
+    dev = caps.device
+    C = LMCandidate
+    out = [Option(reference(dev), "eager generate() with a dynamic cache: the naive baseline and the accuracy "
+                                  "reference", 1.0, role="reference")]
+    if dev == "cpu":
+        amx = caps.cpu.amx
+        out += [
+            Option(C(backend="static", precision="fp32"), "own decode loop over a static cache: no per-step "
+                   "cache growth or generate() overhead", 1.4),
+            Option(C(backend="static", precision="bf16"), "static cache, bf16 weights: half the bytes per step"
+                   + (" on AMX tiles" if amx else ""), 1.9 if amx else 1.5, needs=("cpu-bf16",)),
+            Option(C(backend="static", precision="bf16", quant="int8-wo"), "int8 weight-only Linear layers "
+                   "(a quarter of the fp32 bytes per step), bf16 activations", 1.8, needs=("cpu-bf16",)),
+            Option(C(backend="static", precision="fp32", quant="torch.ao-dynamic"),
+                   "torch.ao dynamic int8 Linear layers, fp32 elsewhere", 1.3 if caps.cpu.vnni else 1.1),
+            Option(C(backend="hf-generate", precision="bf16"), "generate() with bf16 weights", 1.2,
+                   needs=("cpu-bf16",)),
+        ]
+        if not quick:  # each compile costs 1-2 min per batch size on 2 cores
+            out += [Option(C(backend="static-compile", precision="bf16"), "the decode step compiled by inductor, "
+                           "bf16", 2.0, needs=("cpu-bf16",), probe_s=240.0),
+                    Option(C(backend="static-compile", precision="fp32"), "the decode step compiled by inductor",
+                           1.6, probe_s=240.0)]
+    else:
+        out += [
+            Option(C(backend="cuda-graph-compile", precision="bf16"), "inductor-compiled step with fused eager "
+                   "attention, captured as one CUDA graph", 6.0, needs=("gpu-bf16",), probe_s=300.0),
+            Option(C(backend="cuda-graph", precision="bf16"), "the decode step captured as a CUDA graph "
+                   "(launch overhead gone)", 5.0, needs=("gpu-bf16",), probe_s=120.0),
+            Option(C(backend="cuda-graph", precision="bf16", quant="torchao-int8-wo"), "CUDA graph + torchao "
+                   "int8 weight-only (half the bytes per step)", 4.5, needs=("gpu-bf16",), probe_s=120.0),
+            Option(C(backend="cuda-graph", precision="fp16"), "CUDA graph, fp16", 4.9, probe_s=120.0),
+            Option(C(backend="static", precision="bf16"), "static cache, eager step", 2.0, needs=("gpu-bf16",)),
+            Option(C(backend="hf-generate", precision="fp16"), "generate(), fp16", 1.0),
+        ]
+        if not quick:
+            out += [Option(C(backend="cuda-graph", precision="bf16", quant="torchao-int4"), "CUDA graph + torchao "
+                           "int4 weight-only", 4.0, needs=("gpu-bf16",), probe_s=120.0),
+                    Option(C(backend="cuda-graph", precision="bf16", quant="torchao-fp8"), "CUDA graph + torchao "
+                           "fp8", 4.0, needs=("gpu-fp8",), probe_s=120.0),
+                    Option(C(backend="cuda-graph", precision="bf16", quant="torchao-int8-dyn"), "CUDA graph + "
+                           "torchao int8 dynamic", 3.5, needs=("gpu-bf16",), probe_s=120.0)]
+    out.append(Option(C(backend="vllm", precision="bf16"), "vLLM's paged-attention engine (as a server)", 3.0))
+    return out

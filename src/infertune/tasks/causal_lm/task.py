@@ -1,0 +1,198 @@
+"""The causal-LM family in the search loop: verify each engine against eager generate() on the
+workload's text (perplexity, top-1 agreement, KL, greedy agreement), probe batch-1 decode, measure TTFT
+at prompt-length percentiles and TPOT at each batch size, pick the fastest batch-1 decoder within the
+accuracy budget, write a vLLM-loadable artifact."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from infertune.results import Accuracy, CandidateResult, TuneResult
+from infertune.tuning.task import Option, Probe, Task
+
+ENGINE_RANK = {"hf-generate": 0, "static": 1, "cuda-graph": 2, "static-compile": 3, "cuda-graph-compile": 3}
+
+
+class CausalLMTask(Task):
+    kind = "causal-lm"
+    unit = "tokens/s"
+
+    def __init__(self, cfg, console, ref):
+        super().__init__(cfg, console)
+        self.ref = ref
+        self.ref_score: dict | None = None
+        self.ref_greedy: list | None = None
+        self.greedy: dict[str, list[list[int]]] = {}
+        self.call_s: dict[str, float] = {}
+        self.warmed: set[str] = set()
+
+    # --- setup ---------------------------------------------------------------------------------
+    def load(self, out: Path) -> TuneResult:
+        from infertune.fingerprint import fingerprint
+        from infertune.llm.candidates import reference
+        from infertune.llm.measure import memory_bandwidth
+        from infertune.llm.models import lm_spec, load_tokenizer
+        from infertune.tasks.causal_lm.plan import workload_plan
+
+        cfg, console = self.cfg, self.console
+        if self.ref.format == "gguf":
+            console.print(f"loading {self.ref.gguf_file} (a GGUF is converted once to plain safetensors, cached) ...",
+                          highlight=False)
+        self.spec = spec = lm_spec(self.ref)
+        self.tok = load_tokenizer(spec)
+        self.plan, summary = workload_plan(cfg, spec, self.tok)
+        self.bw = bw = memory_bandwidth(cfg.device)
+        env = fingerprint(cfg.threads)
+        console.print(
+            f"[bold]infertune tune[/] {spec.name} ({spec.architecture}, {spec.n_params / 1e6:.0f}M params"
+            f"{', RANDOM weights: speed and memory only' if spec.random_weights else ''}) on {cfg.device}: "
+            f"{summary.n_items} requests (prompt p50 {summary.tokens_p50:.0f} / p99 {summary.tokens_p99:.0f} "
+            f"tokens); memory bandwidth {bw['gb_per_s']:.1f} GB/s (n={bw['n']}, range "
+            f"{bw['range'][0]:.1f}-{bw['range'][1]:.1f}) -> {out}", highlight=False)
+        p = self.plan
+        return TuneResult(kind="causal-lm", model=spec.name, config=cfg.model_dump(mode="json"), environment=env,
+                          workload=summary, started=env.timestamp, out_dir=str(out),
+                          reference=reference(cfg.device).id,
+                          lm={"spec": spec.to_dict(), "bandwidth": bw, "eval_tokens": sum(len(s) for s in p["seqs"]),
+                              "greedy_prompts": len(p["greedy"]), "greedy_tokens": p["n_new"],
+                              "ttft_lengths": list(p["ttft"]), "tpot_batches": p["batches"],
+                              "tpot_context": len(p["ctx"]), "tpot_steps": p["steps"],
+                              "static_cache_len": p["max_len"], "kl": "top-64 of the reference + tail bucket"})
+
+    def default_budget_s(self) -> float:
+        return self.cfg.lm_time_budget_s / 2 if self.cfg.quick else self.cfg.lm_time_budget_s
+
+    def options(self, caps) -> list[Option]:
+        from infertune.tasks.causal_lm.candidates import options
+
+        return options(caps, self.cfg.quick)
+
+    def available(self, cand) -> str | None:
+        from infertune.llm.candidates import available
+
+        return available(cand, self.cfg.device)
+
+    def baseline_id(self) -> str:
+        from infertune.llm.candidates import reference
+
+        return reference(self.cfg.device).id
+
+    # --- per engine ----------------------------------------------------------------------------
+    def job(self, cand) -> dict[str, Any]:
+        return {"serve": "infertune.llm.worker:serve", "spec": self.spec.to_dict(), "candidate": cand.model_dump(),
+                "device": self.cfg.device, "threads": self.cfg.threads, "max_len": self.plan["max_len"],
+                "seed": self.cfg.seed}
+
+    def _measure(self, worker, cand, ttft: dict, steps: int, batches: list[int], timeout: float) -> dict:
+        t = time.monotonic()
+        got = worker.call("measure", timeout=timeout, ttft=ttft, reps=1, ctx=self.plan["ctx"], steps=steps,
+                          batches=batches)
+        self.call_s[cand.id] = time.monotonic() - t
+        return got
+
+    def probe(self, worker, cand, cap_s: float) -> Probe:
+        """Batch-1 decode steps after a warm-up (which compiles or captures the step where the engine
+        does): tokens/s = 1000 / median step time."""
+        import statistics
+
+        first = dict(list(self.plan["ttft"].items())[:1])
+        timeout = max(60.0, min(self.cfg.candidate_timeout_s, cap_s * 4))
+        self._measure(worker, cand, first, 2, [1], timeout)
+        got = self._measure(worker, cand, first, 4 if self.cfg.quick else 8, [1], timeout)
+        step = statistics.median(got["tpot"]["1"])
+        return Probe(speed=1000 / step, detail={"tpot_ms": round(step, 3), "ttft_ms": round(
+            next(iter(got["ttft"].values()))[0], 2)})
+
+    def verify(self, worker, cand) -> tuple[Accuracy, bool, str]:
+        from infertune.llm.verify import accuracy, within_budget
+
+        timeout = max(120.0, self.cfg.candidate_timeout_s)
+        t = time.perf_counter()
+        score = worker.call("score", timeout=timeout, seqs=self.plan["seqs"], ref=self.ref_score)
+        greedy = worker.call("greedy", timeout=timeout, prompts=self.plan["greedy"], n=self.plan["n_new"])["tokens"]
+        self.greedy[cand.id] = greedy
+        if self.ref_score is None:
+            self.ref_score, self.ref_greedy = score, greedy
+            acc = accuracy(score, None, greedy, greedy)
+        else:
+            acc = accuracy(self.ref_score, score, self.ref_greedy, greedy)
+        ok, why = within_budget(acc, self.cfg.lm_accuracy)
+        self.console.print(f"    ppl {acc.ppl:.3f} ({acc.ppl_delta_rel * 100:+.2f}%), top-1 {acc.top1_agreement:.4f}, "
+                           f"KL {acc.kl_mean:.2e}, greedy {acc.greedy_agreement:.2f} "
+                           f"({time.perf_counter() - t:.0f} s){'' if ok else '  [yellow]over budget[/]'}",
+                           highlight=False)
+        return acc, ok, why
+
+    def measure(self, worker, cand, max_s: float | None = None) -> dict[str, Any]:
+        p = self.plan
+        timeout = self.cfg.candidate_timeout_s
+        if cand.id not in self.warmed:  # compiles / captures each batch size's step once
+            self._measure(worker, cand, dict(list(p["ttft"].items())[:1]), 2, p["batches"], timeout)
+            self.warmed.add(cand.id)
+        steps = p["steps"]
+        if max_s is not None and cand.id in self.call_s and self.call_s[cand.id] > max_s:
+            steps = max(2, int(steps * max_s / self.call_s[cand.id]))
+        return self._measure(worker, cand, p["ttft"], steps, p["batches"], timeout)
+
+    def pass_s(self, run, cand) -> float:
+        return self.call_s.get(cand.id, 5.0) * (2 if cand.id not in self.warmed else 1)
+
+    def summarize(self, run, cand, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        from infertune.llm.measure import roofline_ms, summarize_lm
+
+        r = run.results[cand.id]
+        ttft, tpot = summarize_lm(samples)
+        first = next(iter(ttft.values()), None)
+        b1 = tpot.get("1")
+        tps = 1000 / b1.p50 if b1 and b1.p50 else None
+        bw = self.bw["gb_per_s"]
+        roof = (roofline_ms(r.weight_bytes, bw) / b1.p50) if (b1 and b1.p50 and r.weight_bytes) else None
+        last = samples[-1]
+        ex = dict(r.executed, peak_rss_mb=round(last.get("peak_rss_mb") or 0, 1),
+                  peak_gpu_mb=round(last["peak_gpu_mb"], 1) if last.get("peak_gpu_mb") else None)
+        return {"ttft_by_length": ttft, "tpot_by_batch": tpot, "ttft_ms": first, "tpot_ms": b1,
+                "tokens_per_s": tps, "roofline_fraction": roof, "executed": ex}
+
+    # --- decision ------------------------------------------------------------------------------
+    def speed(self, r: CandidateResult) -> float:
+        return r.tokens_per_s or 0.0
+
+    def rank(self, r: CandidateResult) -> int:
+        return ENGINE_RANK.get(str(r.candidate.get("backend", "")), 2)
+
+    @staticmethod
+    def drift(r: CandidateResult) -> float | None:
+        return None if r.accuracy.ppl_delta_rel is None else max(r.accuracy.ppl_delta_rel, 0.0)
+
+    def accuracy_flags(self, r: CandidateResult) -> str:
+        a = r.accuracy
+        up = math.ceil(max(a.ppl_delta_rel or 0, 0) * 1e3) / 1e3
+        down = math.floor((a.top1_agreement or 0) * 1e3) / 1e3
+        return f"--max-ppl-delta {up:g} --min-top1 {down:g}"
+
+    def constraints(self) -> str:
+        b = self.cfg.lm_accuracy
+        return f"perplexity <= +{b.max_ppl_delta_rel * 100:g}%, top-1 agreement >= {b.min_top1_agreement:g}"
+
+    def describe_winner(self, win: CandidateResult) -> str:
+        a, t = win.accuracy, win.tpot_ms
+        lat = f"TPOT {t.p50:.1f} ms (p5-p95 {t.p5:.1f}-{t.p95:.1f}, n={t.n})" if t and t.p50 else "no TPOT"
+        roof = f", {win.roofline_fraction * 100:.0f}% of the memory roofline" if win.roofline_fraction else ""
+        return (f"Winner: {win.name} at {win.tokens_per_s:.1f} tokens/s batch-1 decode ({lat}{roof}); "
+                f"perplexity {a.ppl_delta_rel * 100:+.2f}%, top-1 agreement {a.top1_agreement:.4f}, "
+                f"KL {a.kl_mean:.2e} nats/token, greedy agreement {a.greedy_agreement:.2f}.")
+
+    # --- outputs -------------------------------------------------------------------------------
+    def save_artifact(self, run, result: TuneResult, out: Path) -> None:
+        from infertune.llm.artifact import save_artifact
+
+        save_artifact(run.workers, run.cands, self.greedy, self.plan["greedy"], result, out, self.tok,
+                      self.console, self.spec)
+
+    def write_report(self, result: TuneResult, path: Path) -> None:
+        from infertune.llm.report import write_lm_report
+
+        write_lm_report(result, path)

@@ -1,0 +1,1 @@
+"""Embedding models (sentence-transformers / HF encoders): candidates, batching search, the task."""

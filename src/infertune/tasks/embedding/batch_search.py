@@ -1,0 +1,88 @@
+"""The token budget of each surviving engine, searched against the SLO instead of taken from a list.
+
+Batch latency grows about linearly with the batch's padded tokens: latency = a + b * padded. Every
+probe pass adds (padded tokens, latency) pairs; a robust line through all of them (Theil-Sen: the
+median of pairwise slopes, so a batch slowed by a neighbour's burst moves nothing) predicts the
+largest batch's latency at any budget: a + b * max(budget, longest item). The search steps to the
+budget whose prediction meets the target, measures there (its speed, and more pairs for the line),
+and stops when the step is under 15%. It keeps the fastest measured point whose predicted P99 meets
+the target. The target keeps 20% of the SLO as headroom: the full rounds check the P99 of the whole
+eval split, and a shared box is noisy."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+HEADROOM = 0.8  # aim the predicted P99 at this fraction of the SLO
+MAX_STEPS = 4
+LIMITS = {"cpu": (64, 16384, 64), "cuda": (1024, 262144, 1024)}  # min, max, granularity (padded tokens)
+
+
+@dataclass
+class Point:
+    tokens: int
+    speed: float
+    p99_ms: float  # measured on the probe pass (noisy; reported)
+
+    def as_dict(self, slo_ms: float, predicted: float | None = None) -> dict:
+        d = {"tokens": self.tokens, "items_per_s": round(self.speed, 2), "p99_ms": round(self.p99_ms, 2)}
+        if predicted is not None:
+            d["predicted_p99_ms"] = round(predicted, 2)
+            d["meets_target"] = predicted <= HEADROOM * slo_ms
+        return d
+
+
+def fit(pairs: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """(a, b) of latency_ms = a + b * padded_tokens, robust to outliers (Theil-Sen)."""
+    x = np.asarray([p[0] for p in pairs], dtype=float)
+    y = np.asarray([p[1] for p in pairs], dtype=float)
+    if len(x) < 2 or np.ptp(x) == 0:
+        b = float(np.median(y / np.maximum(x, 1)))
+        return 0.0, b
+    i, j = np.triu_indices(len(x), 1)
+    dx = x[j] - x[i]
+    keep = dx != 0
+    b = float(np.median((y[j] - y[i])[keep] / dx[keep]))
+    b = max(b, 1e-6)
+    a = float(np.median(y - b * x))
+    return a, b
+
+
+def predict(a: float, b: float, tokens: int, longest: int) -> float:
+    return a + b * max(tokens, longest)
+
+
+def _round(x: float, device: str) -> int:
+    """Down to the granularity (a budget rounded up could cross the target), within the limits."""
+    lo, hi, g = LIMITS[device]
+    return int(min(hi, max(lo, (x // g) * g)))
+
+
+def next_budget(points: list[Point], pairs: Sequence[tuple[float, float]], longest: int, slo_ms: float,
+                device: str) -> int | None:
+    """The next budget to measure, or None when the search has converged."""
+    a, b = fit(pairs)
+    target = HEADROOM * slo_ms
+    last = points[-1].tokens
+    ideal = (target - a) / b
+    cand = _round(min(max(ideal, last / 4), last * 4), device)
+    if cand in {p.tokens for p in points} or abs(cand - last) <= 0.15 * last:
+        return None
+    if ideal < longest:  # even one-item batches of the longest input miss the target: go no lower
+        lowest = min(p.tokens for p in points)
+        return None if lowest <= _round(longest, device) else _round(longest, device)
+    return cand
+
+
+def choose(points: list[Point], pairs: Sequence[tuple[float, float]], longest: int,
+           slo_ms: float) -> tuple[Point, dict[int, float]]:
+    """The fastest point whose predicted P99 meets the target; if none, the one predicted lowest.
+    Also returns the prediction at every point."""
+    a, b = fit(pairs)
+    pred = {p.tokens: predict(a, b, p.tokens, longest) for p in points}
+    good = [p for p in points if pred[p.tokens] <= HEADROOM * slo_ms]
+    best = max(good, key=lambda p: p.speed) if good else min(points, key=lambda p: pred[p.tokens])
+    return best, pred

@@ -1,0 +1,102 @@
+"""Which embedding engines to try on this host, from what it can do (infertune.hardware), as plain data.
+
+Each option says what it needs (`needs`, checked against the detected capabilities), what it is good at
+here (`why`, written into results.json) and how fast it is expected to be relative to the fp32 reference
+(`prior`: the search starts with the most promising, so the time budget cuts the tail). The priors come
+from measurements on the two kinds of build box (../shared/reference/what_runs_on_the_cpu_box.md): on an
+AMX Xeon, bf16 eager ran 3.5-4x the naive baseline; on an AVX2-only EPYC, ORT dynamic int8 2.8x,
+OpenVINO fp32 2.1x, ORT fp32 1.9x and plain torch 1.55x with the same length-sorted batches."""
+
+from __future__ import annotations
+
+from infertune.config import Batching, Candidate
+from infertune.hardware import Capabilities
+from infertune.tuning.task import Option
+
+BASELINE = Candidate(backend="st-naive", precision="fp32", batching=Batching(kind="fixed", size=32))
+PROBE_TOKENS = {"cpu": 512, "cuda": 16384}  # the token budget of the first probe; refine searches from it
+
+
+def max_items(device: str, tokens: int) -> int:
+    """Item cap of a token-budget batch: CPU batches stay small anyway; on GPU short items would hit a
+    fixed cap long before the budget, so the cap follows the budget (an 8-token average item)."""
+    return 256 if device == "cpu" else max(256, min(8192, tokens // 8))
+
+
+def tokens(device: str, n: int | None = None) -> Batching:
+    n = n or PROBE_TOKENS[device]
+    return Batching(kind="tokens", size=n, max_items=max_items(device, n))
+
+
+def reference(device: str) -> Candidate:
+    return Candidate(backend="torch-eager", precision="fp32", batching=tokens(device))
+
+
+def options(caps: Capabilities, quick: bool = False, extra: bool = False) -> list[Option]:
+    """Everything worth trying here. `extra` adds options kept out of the default list because they are
+    known to be slow or redundant here (tried only when named with --candidates)."""
+    dev = caps.device
+    tb = tokens(dev)
+    C = Candidate
+    out = [Option(reference(dev), "the fp32 reference: every candidate is verified against its vectors",
+                  1.0, role="reference"),
+           Option(BASELINE, "the naive baseline: SentenceTransformer.encode in batches of 32", 0.6,
+                  role="baseline")]
+    if dev == "cpu":
+        cpu = caps.cpu
+        int8_kernels = "VNNI/AMX int8 dot products" if cpu.vnni else "AVX2 u8s8 kernels (no VNNI)"
+        out += [
+            Option(C(backend="torch-eager", precision="bf16", batching=tb),
+                   "native bf16 matmuls on AMX tiles" if cpu.amx else "native bf16 (AVX512-BF16)",
+                   3.5 if cpu.amx else 1.6, needs=("cpu-bf16",)),
+            Option(C(backend="onnxruntime", precision="int8", quant="ort-dynamic", batching=tb),
+                   f"int8 weights (per channel), activations quantized on the fly; ONNX Runtime's {int8_kernels}",
+                   2.6 if cpu.vnni else 2.2),
+            Option(C(backend="onnxruntime", precision="int8", quant="ort-static", batching=tb),
+                   f"int8 weights and activations, ranges calibrated on the workload's calibration split; {int8_kernels}",
+                   2.4 if cpu.vnni else 2.0),
+            Option(C(backend="openvino", precision="fp32", batching=tb),
+                   "OpenVINO's fused CPU graph (LATENCY hint): the fastest lossless engine measured on AVX2", 1.7),
+            Option(C(backend="openvino", precision="int8", quant="nncf-ptq", batching=tb),
+                   "OpenVINO int8 from NNCF post-training quantization on the calibration split",
+                   2.5, needs=("cpu-vnni",)),
+            Option(C(backend="onnxruntime", precision="fp32", batching=tb), "ONNX Runtime's fused fp32 graph", 1.4),
+            Option(C(backend="torch-eager", precision="int8", quant="torch.ao-dynamic", batching=tb),
+                   f"torch.ao dynamic int8 Linear layers ({int8_kernels}); usually over MiniLM's accuracy budget",
+                   1.5 if cpu.vnni else 1.2),
+        ]
+        if not quick:
+            out.append(Option(C(backend="torch-compile", precision="bf16", batching=tb),
+                              "inductor-fused bf16 kernels (a compile per padded shape, ~1 min on 2 cores)",
+                              3.4 if cpu.amx else 1.5, needs=("cpu-bf16",), probe_s=90.0))
+        if extra:  # eager torchao int8 ran at 0.05x on the AVX2 box and trailed fp32 on AMX
+            out.append(Option(C(backend="torch-eager", precision="int8", quant="torchao-int8-dyn", batching=tb),
+                              "torchao int8 dynamic quantization, eager (fast only compiled on GPU)", 0.2))
+    else:
+        out += [
+            Option(C(backend="torch-eager", precision="fp16", batching=tb), "fp16 tensor cores", 4.0),
+            Option(C(backend="torch-eager", precision="bf16", batching=tb), "bf16 tensor cores", 3.9,
+                   needs=("gpu-bf16",)),
+            Option(C(backend="torch-compile", precision="fp16", batching=tb),
+                   "inductor-fused fp16 kernels (a compile per padded shape)", 4.2, probe_s=60.0),
+            Option(C(backend="onnxruntime", precision="fp32", batching=tb), "ONNX Runtime on its CUDA provider", 2.0),
+        ]
+        if not quick:
+            out += [
+                Option(C(backend="torch-compile", precision="fp16", options=(("mode", "reduce-overhead"),),
+                         batching=tb), "inductor + CUDA graphs (launch overhead gone)", 4.1, probe_s=90.0),
+                Option(C(backend="torch-compile", precision="int8", quant="torchao-int8-dyn", batching=tb),
+                       "torchao int8 dynamic quantization, compiled", 3.0, probe_s=90.0),
+                Option(C(backend="torch-compile", precision="fp8", quant="torchao-fp8", batching=tb),
+                       "torchao fp8 (Hopper/Ada tensor cores), compiled", 3.5, needs=("gpu-fp8",), probe_s=90.0),
+            ]
+    return out
+
+
+def mixed_options(device: str, keep_high: tuple[str, ...]) -> list[Option]:
+    if device != "cpu" or not keep_high:
+        return []
+    c = Candidate(backend="onnxruntime", precision="mixed", quant="ort-dynamic", keep_high=keep_high,
+                  batching=tokens(device))
+    return [Option(c, f"ORT dynamic int8 with the {len(keep_high)} most int8-sensitive Linear layers kept in "
+                      "fp32 (per-layer sensitivity on the calibration split)", 2.0)]

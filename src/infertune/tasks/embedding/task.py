@@ -1,0 +1,307 @@
+"""The embedding family in the search loop: load and split the workload, prepare engines in workers,
+probe on shuffled batches of the eval split, verify against the fp32 reference by cosine, search each
+survivor's token budget against the SLO, measure passes, save the artifact."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from infertune.config import Batching, Candidate, TuneConfig
+from infertune.results import Accuracy, CandidateResult, LayerSensitivity, TuneResult, WorkloadSummary
+from infertune.tasks.embedding import batch_search, candidates
+from infertune.tuning.task import Option, Probe, Task
+
+# how much machinery a candidate brings into production: at equal speed, fewer moving parts win
+ENGINE_RANK = {"torch-eager": 0, "onnxruntime": 1, "openvino": 1, "torch-compile": 2}
+
+
+class EmbeddingTask(Task):
+    kind = "embedding"
+    unit = "items/s"
+
+    def __init__(self, cfg: TuneConfig, console, ref, custom: list[Candidate] | None = None):
+        super().__init__(cfg, console)
+        self.ref, self.custom = ref, custom
+        self.ref_vectors = None
+        self.warmed: set[str] = set()
+        self.result: TuneResult | None = None
+        self.pairs: dict[str, list[tuple[int, float]]] = {}  # engine -> (padded tokens, batch ms) from probes
+
+    # --- setup ---------------------------------------------------------------------------------
+    def load(self, out: Path) -> TuneResult:
+        from infertune.fingerprint import fingerprint
+        from infertune.models.embedding import embedding_spec, load_tokenizer
+
+        _quiet_libraries()
+        cfg = self.cfg
+        self.spec = embedding_spec(self.ref, cfg.pooling)
+        self.tokenizer = load_tokenizer(self.spec)
+        self.out = out
+        self.calib, self.evals, summary = self._workload()
+        self.console.print(
+            f"[bold]infertune tune[/] {self.spec.name} on {cfg.device}: {summary.n_items} items (p50 "
+            f"{summary.tokens_p50:.0f} / p99 {summary.tokens_p99:.0f} tokens, {summary.over_limit} over "
+            f"{self.spec.max_length}); eval {summary.n_eval}, calibration {summary.n_calibration} -> {out}",
+            highlight=False)
+        env = fingerprint(cfg.threads)
+        self.result = TuneResult(model=self.spec.name, config=cfg.model_dump(mode="json"), environment=env,
+                                 workload=summary, started=env.timestamp, out_dir=str(out),
+                                 reference=candidates.reference(cfg.device).id)
+        return self.result
+
+    def _workload(self) -> tuple[list[str], list[str], WorkloadSummary]:
+        import numpy as np
+
+        from infertune.workload import histogram, load_workload, stratified_split, stratified_subsample
+
+        cfg = self.cfg
+        wl = load_workload(cfg.workload)
+        lengths = [len(x) for x in self.tokenizer(wl.items, truncation=False)["input_ids"]]
+        calib, evals = stratified_split(lengths, cfg.eval_fraction, cfg.seed)
+        # CPU passes are slow: cap the eval split so a full tune fits in minutes. GPU passes are fast.
+        cap = cfg.max_eval_items or (120 if cfg.quick else 256 if cfg.device == "cpu" else 5000)
+        evals = stratified_subsample(evals, lengths, cap, cfg.seed)
+        self.lengths = [lengths[i] for i in evals] or [1]
+        calib = stratified_subsample(calib, lengths, 32 if cfg.quick else 64, cfg.seed)
+        a = np.asarray(lengths)
+        summary = WorkloadSummary(
+            source=wl.source, n_items=len(wl.items), n_calibration=len(calib), n_eval=len(evals),
+            tokens_mean=float(a.mean()), tokens_p50=float(np.percentile(a, 50)),
+            tokens_p90=float(np.percentile(a, 90)), tokens_p99=float(np.percentile(a, 99)), tokens_max=int(a.max()),
+            over_limit=int((a > self.spec.max_length).sum()), max_length=self.spec.max_length,
+            histogram=histogram(lengths))
+        return [wl.items[i] for i in calib], [wl.items[i] for i in evals], summary
+
+    def default_budget_s(self) -> float:
+        if self.cfg.device == "cuda":
+            return 180.0
+        return 150.0 if self.cfg.quick else 300.0
+
+    def options(self, caps) -> list[Option]:
+        extra = bool(self.cfg.candidates)
+        opts = candidates.options(caps, self.cfg.quick, extra=extra)
+        if self.custom is not None:  # the library caller's own list; reference and baseline stay
+            keep = [o for o in opts if o.role != "candidate"]
+            ids = {o.candidate.id for o in keep}
+            opts = keep + [Option(c, "given by the caller", 1.0) for c in self.custom if c.id not in ids]
+        return opts
+
+    def available(self, cand) -> str | None:
+        from infertune.registry import load_backend
+
+        return load_backend(cand.backend).available(cand, self.cfg.device)
+
+    # --- per engine ----------------------------------------------------------------------------
+    def job(self, cand) -> dict[str, Any]:
+        return {"spec": self.spec.to_dict(), "candidate": cand.model_dump(mode="json"), "device": self.cfg.device,
+                "threads": self.cfg.threads, "workdir": str(self.out / "work"), "texts": self.evals,
+                "calibration": self.calib}
+
+    def _timed(self, worker, cand, cap_s: float) -> dict[str, Any]:
+        """One capped pass over shuffled batches of the eval split (after a shorter capped warm-up)."""
+        warm = 0 if cand.id in self.warmed else 1
+        got = worker.call("measure", timeout=max(60.0, 20 * cap_s), batching=cand.batching.model_dump(),
+                          warmup=warm, warmup_max_s=cap_s / 2 if cand.backend != "torch-compile" else cap_s,
+                          passes=1, max_s=cap_s, shuffle=self.cfg.seed)
+        self.warmed.add(cand.id)
+        return got["passes"][0]
+
+    def probe(self, worker, cand, cap_s: float) -> Probe:
+        import numpy as np
+
+        p = self._timed(worker, cand, cap_s)
+        speed = p["items"] / p["wall_s"]
+        p99 = float(np.percentile(p["latency_ms"], 99))
+        self.pairs.setdefault(cand.engine_id, []).extend(zip(p["padded_per_batch"], p["latency_ms"], strict=True))
+        return Probe(speed=speed, p99_ms=p99, detail={"items": p["items"], "batches": p["batches"],
+                                                       "batching": cand.batching.id, "complete": p["complete"]})
+
+    def verify(self, worker, cand) -> tuple[Accuracy, bool, str]:
+        from infertune.verify import compare, within_budget
+
+        vec = worker.call("embed", batching=cand.batching.model_dump())
+        if self.ref_vectors is None:
+            self.ref_vectors = vec
+        acc = compare(self.ref_vectors, vec)
+        ok, why = within_budget(acc, self.cfg.accuracy)
+        return acc, ok, why
+
+    def refine(self, run, cand, probe: Probe, share_s: float) -> list:
+        """Search the token budget against the SLO (batch_search says how)."""
+        import time
+
+        if cand.batching.kind != "tokens":
+            return [cand]
+        dev, slo = self.cfg.device, self.cfg.slo.p99_ms
+        cap = 2.5 if dev == "cpu" else 4.0
+        longest = min(self.spec.max_length, max(self.lengths))
+        pairs = self.pairs.setdefault(cand.engine_id, [])
+        points = [batch_search.Point(cand.batching.size, probe.speed, probe.p99_ms or 0.0)]
+        t_end = time.monotonic() + share_s
+        variants: dict[int, Candidate] = {cand.batching.size: cand}
+        for _ in range(batch_search.MAX_STEPS):
+            nxt = batch_search.next_budget(points, pairs, longest, slo, dev)
+            if nxt is None or time.monotonic() + 2 * cap > t_end:
+                break
+            v = cand.model_copy(update={"batching": candidates.tokens(dev, nxt)})
+            src = run.results[cand.id]
+            run.record(v, status="ok", stage="probe", why_tried=src.why_tried, accuracy=src.accuracy,
+                       meets_accuracy=src.meets_accuracy, prepare_s=src.prepare_s, executed=src.executed)
+            pr = run.call(v, "batching search", lambda w, v=v: self.probe(w, v, cap))
+            if pr is None:
+                break
+            variants[nxt] = v
+            points.append(batch_search.Point(nxt, pr.speed, pr.p99_ms or 0.0))
+        best, pred = batch_search.choose(points, pairs, longest, slo)
+        chosen = variants[best.tokens]
+        a, b = batch_search.fit(pairs)
+        run.log["refine"][cand.engine_id] = {
+            "chosen_tokens": best.tokens, "slo_ms": slo, "target_ms": batch_search.HEADROOM * slo,
+            "latency_model": {"a_ms": round(a, 3), "ms_per_padded_token": round(b, 5), "n": len(pairs),
+                              "longest_item_tokens": longest},
+            "points": [p.as_dict(slo, pred[p.tokens]) for p in points]}
+        for v in variants.values():  # the points not chosen live in search.refine, not as candidates
+            if v is not chosen:
+                run.charge(chosen, run.spent.pop(v.id, 0.0))
+                run.results.pop(v.id, None)
+                run.cands.pop(v.id, None)
+        run.record(chosen, probe={"speed": round(best.speed, 3), "unit": self.unit, "p99_ms": best.p99_ms,
+                                  "batching": chosen.batching.id})
+        run.probes[chosen.id] = Probe(speed=best.speed, p99_ms=best.p99_ms)
+        run.options.setdefault(chosen.id, run.options.get(cand.id))
+        self.console.print(f"  batching {cand.engine_id}: {chosen.batching.id} ({best.speed:.1f} items/s, predicted "
+                           f"P99 {pred[best.tokens]:.1f} ms; {len(points)} budgets tried)", highlight=False)
+        return [chosen]
+
+    def extra_options(self, run) -> list[Option]:
+        """Mixed precision, when an int8 engine was fast but over the accuracy budget and time allows."""
+        from infertune.worker import WorkerFailed, run_isolated
+
+        cfg = self.cfg
+        if not cfg.sensitivity or cfg.device != "cpu" or self.custom is not None:
+            return []
+        if cfg.candidates and not any("mixed" in f for f in cfg.candidates):
+            return []
+        int8 = [r for r in run.results.values() if r.candidate.get("quant") == "ort-dynamic"
+                and r.meets_accuracy is False and r.probe]
+        best = run.best_probe[0]
+        if not int8 or max(r.probe["speed"] for r in int8) < 1.1 * best:
+            return []
+        left = run.budget.stage_left("probe") - 15
+        if left < 25:
+            run.log["not_tried"].append({"candidate": "onnxruntime/mixed/ort-dynamic",
+                                         "why": f"time budget: {max(left, 0):.0f} s left for the sensitivity search"})
+            return []
+        self.console.print("  mixed precision: per-layer int8 sensitivity on the calibration split ...")
+        try:
+            found = run_isolated("infertune.quantize.mixed:search", {
+                "spec": self.spec.to_dict(), "texts": self.calib[:32], "min_cosine_mean": cfg.accuracy.min_cosine_mean,
+                "min_cosine_min": cfg.accuracy.min_cosine_min, "max_s": left}, left + 30, cfg.threads)
+        except WorkerFailed as e:
+            self.result.mixed_precision = {"status": "failed", "reason": str(e)[:300]}
+            return []
+        self.result.sensitivity = [LayerSensitivity(**s) for s in found["sensitivity"]]
+        self.result.mixed_precision = {k: v for k, v in found.items() if k != "sensitivity"}
+        keep = tuple(found["keep_high"])
+        self.console.print(f"  keep {len(keep)} of {found['n_layers']} Linear layers in fp32 ({found['search_s']} s)")
+        return candidates.mixed_options(cfg.device, keep)
+
+    def measure(self, worker, cand, max_s: float | None = None) -> dict[str, Any]:
+        per_call = 1 if self.cfg.device == "cpu" else 3
+        warm = 0 if cand.id in self.warmed else 1
+        extra = {} if max_s is None else {"max_s": max_s / per_call, "shuffle": self.cfg.seed}
+        got = worker.call("measure", batching=cand.batching.model_dump(), warmup=warm, warmup_max_s=3.0,
+                          passes=per_call, **extra)
+        self.warmed.add(cand.id)
+        return got
+
+    def pass_s(self, run, cand) -> float:
+        r = run.results[cand.id]
+        speed = r.items_per_s or (run.probes[cand.id].speed if cand.id in run.probes else 0) or 1.0
+        return len(self.evals) / speed * (1 if self.cfg.device == "cpu" else 3) + 0.2
+
+    def summarize(self, run, cand, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        from infertune.measure import summarize
+
+        passes = [p for s in samples for p in s["passes"]]
+        last = samples[-1]
+        m = summarize(passes, last["peak_rss_mb"], last["peak_gpu_mb"])
+        return {"measurement": m, "items_per_s": m.items_per_s, "latency_ms": m.latency_ms}
+
+    # --- decision ------------------------------------------------------------------------------
+    def speed(self, r: CandidateResult) -> float:
+        return r.items_per_s or 0.0
+
+    def slo(self, r: CandidateResult) -> tuple[float | None, float | None]:
+        m = r.measurement
+        fig = m.slo_p99_ms if m is not None and m.slo_p99_ms is not None else r.latency_ms.p99
+        return fig, self.cfg.slo.p99_ms
+
+    def rank(self, r: CandidateResult) -> int:
+        return ENGINE_RANK.get(str(r.candidate.get("backend", "")), 1)
+
+    @staticmethod
+    def drift(r: CandidateResult) -> float | None:
+        return None if r.accuracy.cosine_mean is None else 1 - r.accuracy.cosine_mean
+
+    def accuracy_flags(self, r: CandidateResult) -> str:
+        a = r.accuracy
+        floor = lambda x: math.floor(x * 1e4) / 1e4  # noqa: E731
+        return f"--min-cosine {floor(a.cosine_mean or 0):g} --min-cosine-min {floor(a.cosine_min or 0):g}"
+
+    def constraints(self) -> str:
+        a = self.cfg.accuracy
+        return (f"P99 batch latency <= {self.cfg.slo.p99_ms:g} ms, mean cosine >= {a.min_cosine_mean}, "
+                f"min >= {a.min_cosine_min}")
+
+    def describe_winner(self, win: CandidateResult) -> str:
+        m = win.measurement
+        spread = (f" ({m.items_per_s_estimator}, median {m.items_per_s_median or 0:.1f}, n={m.passes} passes, "
+                  f"range {m.items_per_s_spread[0]:.1f}-{m.items_per_s_spread[1]:.1f})") if m else ""
+        fig, limit = self.slo(win)
+        return (f"Winner: {win.name} at {win.items_per_s:.1f} items/s{spread}, P99 batch latency {fig:.1f} ms "
+                f"(of batch medians over passes; pooled {win.latency_ms.p99:.1f}) vs SLO {limit:g} ms, mean cosine "
+                f"{win.accuracy.cosine_mean:.5f}, min {win.accuracy.cosine_min:.5f}.")
+
+    # --- outputs -------------------------------------------------------------------------------
+    def save_artifact(self, run, result: TuneResult, out: Path) -> None:
+        from infertune.artifact import write_manifest
+        from infertune.worker import WorkerFailed
+
+        c = run.cands[result.winner.name]
+        w = run.workers.get(c.engine_id)
+        if w is None:
+            return
+        art = out / "artifact"
+        try:
+            saved = w.call("save", path=str(art))
+        except WorkerFailed as e:
+            self.console.print(f"[yellow]artifact not written: {str(e)[:300]}[/]")
+            return
+        write_manifest(art, self.spec, c, result, saved)
+        result.artifact = str(art)
+
+    def write_report(self, result: TuneResult, path: Path) -> None:
+        from infertune.report import write_report
+
+        write_report(result, path)
+
+
+def _quiet_libraries() -> None:
+    """Library chatter (progress bars, 'sequence longer than max length' for items we truncate on
+    purpose) would bury the report; real problems surface as candidate failures instead."""
+    import logging
+
+    try:
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()
+    except Exception:  # noqa: BLE001
+        pass
+    logging.getLogger("sentence_transformers").setLevel(logging.ERROR)
+
+
+__all__ = ["EmbeddingTask", "Batching"]

@@ -1,0 +1,215 @@
+"""`infertune tune`: resolve the model, pick its task, run the search within the time budget, decide,
+write results.json, report.html and the artifact."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+import time
+from pathlib import Path
+
+from infertune.config import TuneConfig
+from infertune.errors import InfertuneError
+from infertune.results import TuneResult
+from infertune.tuning import search
+from infertune.tuning.budget import Budget
+from infertune.tuning.decide import decide
+
+NO_WINNER_EXIT = 3  # `infertune tune` exit code when nothing met the constraints (2 = user error)
+
+
+def out_dir(cfg: TuneConfig) -> Path:
+    out = Path(cfg.out) if cfg.out is not None else Path("runs") / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def write(result: TuneResult, out: Path) -> None:
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps(result.model_dump(mode="json"), indent=2))
+    tmp.replace(out / "results.json")
+
+
+def make_task(cfg: TuneConfig, console, candidates=None):
+    """The task for the model's family (embedding, causal LM)."""
+    from infertune.models.resolve import resolve_model
+
+    ref = resolve_model(cfg.model)
+    if ref.format in ("gguf", "config") or (ref.format == "hf" and _is_causal(ref.path)):
+        from infertune.tasks.causal_lm.task import CausalLMTask
+
+        return CausalLMTask(cfg, console, ref)
+    from infertune.tasks.embedding.task import EmbeddingTask
+
+    return EmbeddingTask(cfg, console, ref, candidates)
+
+
+def _is_causal(path: Path) -> bool:
+    try:
+        arch = json.loads((path / "config.json").read_text()).get("architectures") or []
+    except (OSError, json.JSONDecodeError):
+        return False
+    return any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in arch)
+
+
+def tune(config: TuneConfig | None = None, quiet: bool = False, candidates: list | None = None) -> TuneResult:
+    """Tune a model on a workload; returns the TuneResult also written to results.json.
+
+    `candidates` (embeddings) replaces the default candidate list (the naive baseline and the fp32
+    reference are always added), e.g. to try a third-party backend registered under `infertune.backends`."""
+    from rich.console import Console
+
+    from infertune.hardware import detect, needs
+    from infertune.worker import warm_up_workers
+
+    cfg = config or TuneConfig()
+    console = Console(stderr=True, quiet=quiet)
+    t0 = time.perf_counter()
+    budget = Budget(1.0)  # replaced once the task knows its default
+    warm_up_workers()  # the fork server imports torch while the parent reads the workload
+    if cfg.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InfertuneError("--device cuda asked for, but torch sees no CUDA GPU; run `infertune doctor`")
+    task = make_task(cfg, console, candidates)
+    out = out_dir(cfg)
+    result = task.load(out)
+    budget = Budget(cfg.time_budget_s or task.default_budget_s(), start=budget.start)
+    caps = detect(cfg.device)
+    console.print(f"  host: {caps.summary()}; time budget {budget.total_s:.0f} s", highlight=False)
+    run = search.Run(task, cfg, out, console, budget)
+    opts = task.options(caps)
+    tried = []
+    for o in opts:
+        why = needs(caps, o.needs)
+        if why is None and o.role == "candidate" and not task.matches(o.candidate, cfg.candidates):
+            why = f"not selected by --candidates {','.join(cfg.candidates or [])}"
+        if why:
+            run.log["not_tried"].append({"candidate": o.candidate.id, "why": why})
+            if "--candidates" not in why:
+                run.record(o.candidate, status="skipped", reason=why, why_tried=o.why)
+                console.print(f"  [yellow]skip[/] {o.candidate.id}: {why}", highlight=False)
+            continue
+        tried.append(o)
+    order = {"reference": 0, "baseline": 1, "candidate": 2}
+    tried.sort(key=lambda o: (order[o.role], -o.prior))
+    result.search = {"time_budget_s": budget.total_s, "drop_below": cfg.drop_below,
+                     "capabilities": caps.summary(), "cpu_flags": sorted(caps.cpu.flags),
+                     "cpu_flags_source": caps.cpu.flags_source}
+    try:
+        _search(run, task, tried, result, out)
+        decide(task, result, cfg.tie_margin, task.drift)
+        _finish_log(run, result)
+        write(result, out)
+        if cfg.write_artifact and result.winner is not None:
+            task.save_artifact(run, result, out)
+    finally:
+        run.stop()
+        shutil.rmtree(out / "work", ignore_errors=True)
+    result.wall_s = round(time.perf_counter() - t0, 1)
+    result.search["wall_s"] = result.wall_s
+    if result.artifact:
+        result.next_command = f"infertune serve {result.artifact}"
+    write(result, out)
+    try:
+        task.write_report(result, out / "report.html")
+    except Exception as e:  # noqa: BLE001 - a plotting problem must not lose the results
+        console.print(f"[yellow]report.html not written: {e}[/]")
+    return result
+
+
+def _baseline_id(run: search.Run) -> str | None:
+    return run.task.baseline_id() or next((o.candidate.id for o in run.options.values() if o.role == "baseline"), None)
+
+
+def _sync(run: search.Run, result: TuneResult) -> None:
+    result.candidates = list(run.results.values())
+    ref = _baseline_id(run)
+    result.baseline = run.results.get(ref) if ref else None
+
+
+def _search(run: search.Run, task, tried: list, result: TuneResult, out: Path) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    b = run.budget
+    t = b.elapsed()
+    for o in tried:
+        search.try_option(run, o)
+        _sync(run, result)
+        write(result, out)
+    for o in task.extra_options(run):
+        search.try_option(run, o)
+    search.stage(run, "probe", t, len(tried))
+    _sync(run, result)
+    write(result, out)
+    # refine the fastest verified engines (the reference among them only if it is one of the fastest)
+    t = b.elapsed()
+    bid = _baseline_id(run)
+    ok = [run.cands[k] for k, r in run.results.items() if r.status == "ok" and k in run.probes
+          and run.options.get(k) is not None and k != bid and r.meets_accuracy is not False]
+    ok.sort(key=lambda c: -run.probes[c.id].speed)
+    live = []
+    for i, c in enumerate(ok):
+        if i >= search.REFINE_TOP:
+            why = f"probed {run.probes[c.id].speed:.1f} {task.unit}: behind the {search.REFINE_TOP} fastest"
+            run.record(c, reason=why, dropped=why)
+            run.release(c)
+            continue
+        share = max(0.0, b.stage_left("refine")) / max(1, min(len(ok), search.REFINE_TOP) - i)
+        live += task.refine(run, c, run.probes[c.id], share)
+    search.stage(run, "refine", t, len(live))
+    bid = _baseline_id(run)
+    base = [run.cands[bid]] if bid in run.probes and run.results[bid].status == "ok" else []
+    live = base + [c for c in live if run.results[c.id].status == "ok" and c.id != bid]
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=run.console, transient=True, disable=run.console.quiet) as bar:
+        n = max(1, run.cfg.rounds if not run.cfg.quick else min(run.cfg.rounds, 2))
+        t = b.elapsed()
+        bar_id = bar.add_task("measuring", total=len(live) * n)
+        done = search.rounds(run, live, n, "round", bar, bar_id)
+        _summarize(run, live)
+        search.stage(run, "full", t, len(live))
+        _sync(run, result)
+        leaders = _leaders(run, task, result, live)
+        t = b.elapsed()
+        if leaders and run.cfg.confirm_rounds:
+            bar.update(bar_id, total=len(live) * done + len(leaders) * run.cfg.confirm_rounds)
+            search.rounds(run, leaders, run.cfg.confirm_rounds, "confirm", bar, bar_id)
+            _summarize(run, leaders)
+        search.stage(run, "confirm", t, len(leaders))
+    _sync(run, result)
+
+
+def _summarize(run: search.Run, live: list) -> None:
+    for c in live:
+        if run.results[c.id].status == "ok" and run.samples.get(c.id):
+            run.record(c, **run.task.summarize(run, c, run.samples[c.id]))
+
+
+def _leaders(run: search.Run, task, result: TuneResult, live: list) -> list:
+    """The baseline and the (up to) three fastest candidates that currently meet every constraint, plus
+    faster ones narrowly over the SLO: the final pick and its ratio rest on their extra passes."""
+    trial = result.model_copy(deep=True)
+    decide(task, trial, run.cfg.tie_margin, task.drift)
+    base = trial.baseline.name if trial.baseline else None
+    ok = [r for r in trial.candidates if r.status == "ok" and r.name != base and r.stage != "probe"]
+    top = {r.name for r in sorted(ok, key=task.speed, reverse=True)[:3]}
+    best = max((task.speed(r) for r in ok), default=0.0)
+    for r in trial.candidates:
+        fig, limit = task.slo(r)
+        if (r.meets_accuracy is not False and r.stage != "probe" and task.speed(r) > best and fig is not None
+                and limit is not None and fig <= 1.3 * limit):
+            top.add(r.name)
+    return [c for c in live if c.id in top or c.id == base] if top else []
+
+
+def _finish_log(run: search.Run, result: TuneResult) -> None:
+    cands = {}
+    for k, r in run.results.items():
+        cands[k] = {"stage": r.stage, "status": r.status, "time_s": r.time_s, "why_tried": r.why_tried,
+                    "probe": r.probe or None, "dropped": r.dropped,
+                    "passes": len(run.samples.get(k, []))}
+    result.search.update({"stages": run.log["stages"], "candidates": cands, "not_tried": run.log["not_tried"],
+                          "refine": run.log["refine"], "dropped": run.log["dropped"]})

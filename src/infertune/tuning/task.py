@@ -1,0 +1,125 @@
+"""What a model family tells the search loop. The loop owns order, isolation, time and the record;
+the task owns what a candidate is, how it is prepared, probed, verified and measured, and what "faster"
+means for it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infertune.results import Accuracy, CandidateResult, TuneResult
+
+
+@dataclass(frozen=True)
+class Option:
+    """An engine the task could run here, and why: `why` is what it is good at on this host, `needs`
+    the capabilities it requires (infertune.hardware.needs), `prior` its expected speed relative to the
+    reference (orders the search: the time budget cuts the tail, not the promising head)."""
+
+    candidate: Any  # a frozen candidate with .id and .engine_id
+    why: str
+    prior: float = 1.0
+    needs: tuple[str, ...] = ()
+    role: str = "candidate"  # reference | baseline | candidate
+    probe_s: float | None = None  # probe time cap for engines with a long first run (compile, graphs)
+
+
+@dataclass
+class Probe:
+    """A short measurement: `speed` in the task's unit, and whatever the task needs to refine it."""
+
+    speed: float
+    p99_ms: float | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class Task:
+    kind = "base"
+    unit = "items/s"
+
+    def __init__(self, cfg, console):
+        self.cfg, self.console = cfg, console
+
+    # --- setup ---------------------------------------------------------------------------------
+    def load(self, out: Path) -> TuneResult:
+        """Load tokenizer and workload; return the TuneResult skeleton (model, workload, config...)."""
+        raise NotImplementedError
+
+    def default_budget_s(self) -> float:
+        raise NotImplementedError
+
+    def options(self, caps) -> list[Option]:
+        raise NotImplementedError
+
+    def matches(self, cand, filters: list[str] | None) -> bool:
+        return not filters or any(cand.id.endswith(f[:-1]) if f.endswith("$") else f in cand.id for f in filters)
+
+    def baseline_id(self) -> str | None:
+        """The candidate speedups are measured against, when it is not an option of role "baseline"."""
+        return None
+
+    def available(self, cand) -> str | None:
+        """Software availability (installed, device support): None or one sentence."""
+        return None
+
+    # --- per engine ----------------------------------------------------------------------------
+    def job(self, cand) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def probe(self, worker, cand, cap_s: float) -> Probe:
+        raise NotImplementedError
+
+    def verify(self, worker, cand) -> tuple[Accuracy, bool, str]:
+        """The first call verifies the reference against itself and keeps its outputs."""
+        raise NotImplementedError
+
+    def refine(self, run, cand, probe: Probe, share_s: float) -> list:
+        """Variants of a verified engine worth full rounds (embeddings: the token budget that meets the
+        SLO). Default: the candidate itself."""
+        return [cand]
+
+    def extra_options(self, run) -> list[Option]:
+        """Options that depend on what the probes found (embeddings: mixed precision)."""
+        return []
+
+    def measure(self, worker, cand, max_s: float | None = None) -> dict[str, Any]:
+        """One timed sample for the full rounds; `max_s` cuts it short when the budget is tight."""
+        raise NotImplementedError
+
+    def pass_s(self, run, cand) -> float:
+        """Expected seconds of one `measure` call (to fit rounds into the budget)."""
+        raise NotImplementedError
+
+    def summarize(self, run, cand, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        """CandidateResult fields from the timed samples."""
+        raise NotImplementedError
+
+    # --- decision ------------------------------------------------------------------------------
+    def speed(self, r: CandidateResult) -> float:
+        raise NotImplementedError
+
+    def slo(self, r: CandidateResult) -> tuple[float | None, float | None]:
+        """(the figure checked, the limit); (None, None) when the task has no latency SLO."""
+        return None, None
+
+    def rank(self, r: CandidateResult) -> int:
+        """Simplicity: at equal speed, the engine with fewer moving parts wins (lower is simpler)."""
+        return 1
+
+    def describe_winner(self, r: CandidateResult) -> str:
+        return f"Winner: {r.name} at {self.speed(r):.1f} {self.unit}."
+
+    def constraints(self) -> str:
+        """The constraints in words, for the no-winner sentence."""
+        return "the accuracy budget"
+
+    def accuracy_flags(self, r: CandidateResult) -> str:
+        """CLI flags that would admit `r`'s accuracy."""
+        return ""
+
+    def save_artifact(self, run, result: TuneResult, out: Path) -> None:
+        pass
+
+    def write_report(self, result: TuneResult, path: Path) -> None:
+        pass
