@@ -57,7 +57,7 @@ def decide(task: Task, result: TuneResult, tie_margin: float, drift) -> None:
             reasons.append(r.reason or "accuracy below budget")
         if r.meets_slo is False:
             reasons.append(f"P99 {fig:.1f} ms > SLO {limit:g} ms")
-        if base is not None and r.name == base.name:
+        if base is not None and r.name == base.name and not task.baseline_eligible:
             r.status, r.reason = "ok", "; ".join(["naive baseline", *reasons])
             continue
         if r.stage == "probe":  # verified but never measured in full rounds (budget): not eligible
@@ -65,7 +65,8 @@ def decide(task: Task, result: TuneResult, tie_margin: float, drift) -> None:
         r.status = "rejected" if reasons else "ok"
         r.reason = "; ".join(reasons)
     eligible = [r for r in result.candidates if r.status == "ok" and r.meets_slo is not False
-                and r.meets_accuracy is not False and (base is None or r.name != base.name)]
+                and r.meets_accuracy is not False
+                and (base is None or r.name != base.name or task.baseline_eligible)]
     result.pareto = pareto_front(task, [r for r in result.candidates if r.status in ("ok", "rejected")
                                         and r.stage != "probe"], drift)
     if not eligible:

@@ -156,6 +156,15 @@ def try_option(run: Run, o: Option) -> None:
     """Prepare, probe, drop or verify one option."""
     c, task, cfg = o.candidate, run.task, run.cfg
     run.options[c.id] = o
+    try:  # cheap, and a better reason than the budget when both apply
+        missing = run.task.available(c)
+    except Exception as e:  # noqa: BLE001
+        missing = f"availability check failed: {e}"
+    if missing:
+        run.dead[c.engine_id] = ("skipped", missing)
+        run.record(c, status="skipped", reason=missing, why_tried=o.why)
+        run.console.print(f"  [yellow]skip[/] {c.id}: {missing}", highlight=False)
+        return
     if o.role == "candidate" and run.budget.stage_left("probe") < PROBE_MIN_S:
         why = (f"time budget: {run.budget.total_s:.0f} s in all (--time-budget), "
                f"{run.budget.elapsed():.0f} s used before this candidate could start")

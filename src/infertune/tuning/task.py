@@ -37,6 +37,7 @@ class Probe:
 class Task:
     kind = "base"
     unit = "items/s"
+    baseline_eligible = False  # may the naive baseline itself win (when it is also a servable engine)?
 
     def __init__(self, cfg, console):
         self.cfg, self.console = cfg, console

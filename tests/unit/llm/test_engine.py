@@ -82,8 +82,11 @@ def test_eager_attention_switch_keeps_greedy_tokens(tiny):
 
 
 def test_graph_backends_are_skipped_with_a_reason_on_cpu():
-    from infertune.llm.candidates import LMCandidate, available, default_candidates
+    from infertune.hardware import GPU, Capabilities
+    from infertune.llm.candidates import LMCandidate, available
+    from infertune.tasks.causal_lm.candidates import options
 
-    assert any(c.backend == "cuda-graph-compile" for c in default_candidates("cuda"))
+    h200 = Capabilities(device="cuda", gpus=(GPU(name="H200", capability=(9, 0)),))
+    assert any(o.candidate.backend == "cuda-graph-compile" for o in options(h200, quick=True))
     for b in ("cuda-graph", "cuda-graph-compile"):
         assert available(LMCandidate(backend=b, precision="bf16"), "cpu") == "CUDA graphs need a CUDA GPU"

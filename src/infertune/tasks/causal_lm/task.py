@@ -19,6 +19,7 @@ ENGINE_RANK = {"hf-generate": 0, "static": 1, "cuda-graph": 2, "static-compile":
 class CausalLMTask(Task):
     kind = "causal-lm"
     unit = "tokens/s"
+    baseline_eligible = True  # eager generate() is also the accuracy reference and a servable answer
 
     def __init__(self, cfg, console, ref):
         super().__init__(cfg, console)
@@ -63,7 +64,10 @@ class CausalLMTask(Task):
                               "static_cache_len": p["max_len"], "kl": "top-64 of the reference + tail bucket"})
 
     def default_budget_s(self) -> float:
-        return self.cfg.lm_time_budget_s / 2 if self.cfg.quick else self.cfg.lm_time_budget_s
+        """--lm-time-budget; halved with --quick on CPU (on GPU a compiled, graph-captured step needs its
+        compile time whatever the mode)."""
+        quick_cpu = self.cfg.quick and self.cfg.device == "cpu"
+        return self.cfg.lm_time_budget_s / 2 if quick_cpu else self.cfg.lm_time_budget_s
 
     def options(self, caps) -> list[Option]:
         from infertune.tasks.causal_lm.candidates import options
