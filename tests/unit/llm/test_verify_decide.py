@@ -1,10 +1,10 @@
 import math
 
 from infertune.config import LMAccuracyBudget, TuneConfig
-from infertune.tasks.causal_lm.task import CausalLMTask
-from infertune.tuning.decide import decide
 from infertune.llm.verify import accuracy, greedy_agreement, prefix_match, within_budget
 from infertune.results import Accuracy, CandidateResult, EnvFingerprint, Latency, TuneResult
+from infertune.tasks.causal_lm.task import CausalLMTask
+from infertune.tuning.decide import decide
 
 
 def test_prefix_and_greedy_agreement():

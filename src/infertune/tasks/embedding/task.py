@@ -102,11 +102,17 @@ class EmbeddingTask(Task):
     def _timed(self, worker, cand, cap_s: float) -> dict[str, Any]:
         """One capped pass over shuffled batches of the eval split (after a shorter capped warm-up)."""
         warm = 0 if cand.id in self.warmed else 1
-        got = worker.call("measure", timeout=max(60.0, 20 * cap_s), batching=cand.batching.model_dump(),
-                          warmup=warm, warmup_max_s=cap_s / 2 if cand.backend != "torch-compile" else cap_s,
+        got = worker.call("measure", timeout=max(120.0, 20 * cap_s), batching=cand.batching.model_dump(),
+                          warmup=warm, warmup_max_s=self._warm_cap(cand, cap_s / 2),
                           passes=1, max_s=cap_s, shuffle=self.cfg.seed)
         self.warmed.add(cand.id)
         return got["passes"][0]
+
+    @staticmethod
+    def _warm_cap(cand, cap: float) -> float | None:
+        """Warm-up passes are cut short, except where the first run of each shape compiles (a compile
+        left for the timed pass would be timed)."""
+        return None if cand.backend == "torch-compile" else cap
 
     def probe(self, worker, cand, cap_s: float) -> Probe:
         import numpy as np
@@ -212,8 +218,8 @@ class EmbeddingTask(Task):
         per_call = 1 if self.cfg.device == "cpu" else 3
         warm = 0 if cand.id in self.warmed else 1
         extra = {} if max_s is None else {"max_s": max_s / per_call, "shuffle": self.cfg.seed}
-        got = worker.call("measure", batching=cand.batching.model_dump(), warmup=warm, warmup_max_s=3.0,
-                          passes=per_call, **extra)
+        got = worker.call("measure", batching=cand.batching.model_dump(), warmup=warm,
+                          warmup_max_s=self._warm_cap(cand, 3.0), passes=per_call, **extra)
         self.warmed.add(cand.id)
         return got
 
