@@ -1,6 +1,7 @@
 """A tuned artifact: the winner saved so it can be served without re-tuning.
 
-Layout:  artifact/manifest.json  +  model/ (HF weights + tokenizer) or model.onnx + tokenizer/.
+Layout:  artifact/manifest.json  +  model/ (HF weights + tokenizer) or model.onnx + tokenizer/
+         or model.xml + model.bin (OpenVINO IR) + tokenizer/.
 The manifest says which backend and recipe to apply at load, and carries the tune measurements that
 `serve` uses to size its batching (token budget, measured batch latency)."""
 
@@ -78,6 +79,13 @@ def load_embedder(path: str | Path, device: str | None = None):
 
         spec = EmbeddingSpec(**m["embedding"], path=str(root / files["tokenizer"]))
         return OrtEmbedder(spec, load_tokenizer(spec), root / files["onnx"], dev, {"artifact": str(root)})
+    if cand.backend == "openvino":
+        from infertune.backends.openvino import OpenVinoEmbedder
+        from infertune.models.embedding import load_tokenizer
+
+        spec = EmbeddingSpec(**m["embedding"], path=str(root / files["tokenizer"]))
+        return OpenVinoEmbedder.load(root / files["openvino"], spec, load_tokenizer(spec), dev,
+                                     {"artifact": str(root)}, cand.precision)
     spec = EmbeddingSpec(**m["embedding"], path=str(root / files["weights"]))
     return load_backend(cand.backend).prepare(spec, cand, dev, root / ".work")
 

@@ -14,6 +14,7 @@ BACKENDS: dict[str, str] = {
     "torch-eager": "infertune.backends.torch_eager:TorchEager",
     "torch-compile": "infertune.backends.torch_compile:TorchCompile",
     "onnxruntime": "infertune.backends.onnxruntime:OnnxRuntime",
+    "openvino": "infertune.backends.openvino:OpenVino",
     "fake": "infertune.backends.fake:FakeBackend",
 }
 

@@ -1,5 +1,6 @@
-"""ONNX Runtime: export once (verified against PyTorch), optionally quantize to dynamic int8,
-run with the best provider available (CUDA/TensorRT providers when installed, else CPU)."""
+"""ONNX Runtime: export once (verified against PyTorch), optionally quantize to int8 (dynamic, or static
+QDQ with activation ranges calibrated on the workload's calibration texts), run with the best provider
+available (CUDA/TensorRT providers when installed, else CPU)."""
 
 from __future__ import annotations
 
@@ -64,9 +65,11 @@ class OnnxRuntime(Backend):
             if "CUDAExecutionProvider" not in ort.get_available_providers():
                 return "this onnxruntime build has no CUDAExecutionProvider (pip install onnxruntime-gpu)"
             if candidate.quant:
-                return "ORT dynamic int8 runs on the CPU provider only"
+                return "ORT int8 runs on the CPU provider only here"
         if candidate.precision not in ("fp32", "int8", "mixed"):
             return f"ONNX Runtime {candidate.precision} on this device is not supported by infertune yet"
+        if candidate.quant not in (None, "ort-dynamic", "ort-static"):
+            return f"ONNX Runtime has no quantization {candidate.quant!r} (ort-dynamic or ort-static)"
         return None
 
     @classmethod
@@ -87,4 +90,15 @@ class OnnxRuntime(Backend):
             exclude = [matmul_node_for(n) for n in candidate.keep_high]
             per_channel = candidate.option("granularity", "per-channel") == "per-channel"
             info["quantization"] = quantize_dynamic(base, path, per_channel=per_channel, exclude=exclude)
-        return OrtEmbedder(spec, load_tokenizer(spec), path, device, info)
+        tokenizer = load_tokenizer(spec)
+        if candidate.quant == "ort-static":
+            from infertune.quantize.ort import matmul_node_for, quantize_static
+
+            path = workdir / "onnx" / f"{candidate.engine_id.replace('/', '_')}.onnx"
+            info["quantization"] = quantize_static(
+                base, path, spec, tokenizer, calibration,
+                per_channel=candidate.option("granularity", "per-channel") == "per-channel",
+                exclude=[matmul_node_for(n) for n in candidate.keep_high],
+                method=candidate.option("calibration", "minmax"),
+                ffn_down_int8=candidate.option("ffn_down", "fp32") == "int8")
+        return OrtEmbedder(spec, tokenizer, path, device, info)

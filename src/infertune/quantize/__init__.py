@@ -7,4 +7,6 @@ METHODS = {
     "torchao-int8-wo": "infertune.quantize.torchao",
     "torchao-fp8": "infertune.quantize.torchao",
     "ort-dynamic": "infertune.quantize.ort",
+    "ort-static": "infertune.quantize.ort",
+    "nncf-ptq": "infertune.quantize.nncf",
 }

@@ -1,0 +1,117 @@
+"""The CPU engines beyond PyTorch, on the real MiniLM: OpenVINO fp32 / NNCF int8 and ONNX Runtime static
+int8 (QDQ, activations calibrated on workload texts). Each must agree with PyTorch eager fp32 and load
+back from its saved artifact to the same vectors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from infertune.config import Candidate
+
+pytestmark = pytest.mark.slow
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """The model, 64 mixed-length eval texts, 32 other texts to calibrate on, and the torch fp32 vectors."""
+    pytest.importorskip("torch")
+    from infertune.backends.torch_eager import TorchEager
+    from infertune.models.embedding import embedding_spec
+    from infertune.workload import load_workload
+
+    spec = embedding_spec("minilm")
+    items = load_workload(None).items
+    by_len = sorted(items, key=len)
+    evals = by_len[:: len(by_len) // 64][:64]  # shortest to longest, evenly
+    used = set(evals)
+    calib = [t for t in items if t not in used][::7][:32]
+    work = tmp_path_factory.mktemp("engines")
+    ref = TorchEager.prepare(spec, Candidate(backend="torch-eager"), "cpu", work).embed(evals, pooled=True)
+    return spec, evals, calib, work, ref
+
+
+def _prepare(setup, cand: Candidate):
+    from infertune.registry import load_backend
+
+    spec, _, calib, work, _ = setup
+    backend = load_backend(cand.backend)
+    assert backend.available(cand, "cpu") is None
+    return backend.prepare(spec, cand, "cpu", work, calib)
+
+
+def _round_trip(emb, cand: Candidate, spec, root: Path, texts: list[str]) -> np.ndarray:
+    """Save like `tune` does (files + manifest), load with `artifact.load_embedder`, embed again."""
+    from infertune.artifact import FORMAT, MANIFEST, load_embedder
+
+    files = emb.save(root)
+    manifest = {"format": FORMAT, "kind": "embedding", "model": spec.name,
+                "embedding": {k: v for k, v in spec.to_dict().items() if k != "path"},
+                "candidate": cand.model_dump(mode="json"), "files": files, "device": "cpu"}
+    (root / MANIFEST).write_text(json.dumps(manifest))
+    return load_embedder(root).embed(texts, pooled=True)
+
+
+@pytest.fixture(scope="module")
+def ov():
+    pytest.importorskip("openvino")
+
+
+def test_openvino_fp32_matches_torch_and_round_trips(setup, ov, tmp_path):
+    import torch
+
+    spec, evals, _, _, ref = setup
+    cand = Candidate(backend="openvino", precision="fp32")
+    emb = _prepare(setup, cand)
+    got = emb.embed(evals, pooled=True)
+    assert _cos(ref, got).min() >= 0.9999  # fp32 end to end: lossless up to summation order
+    d = emb.describe()
+    # on AMX/AVX512_BF16 CPUs OpenVINO would run bf16 unless asked for f32: this is what ran
+    assert "float32" in d["inference_precision"] or d["inference_precision"] == "f32"
+    assert set(d["matmul_precisions"]) == {"f32"}
+    assert d["performance_hint"] == "LATENCY" and d["threads"] == torch.get_num_threads()
+    # saved weights stay fp32 (OpenVINO's save_model would compress them to fp16 by default)
+    again = _round_trip(emb, cand, spec, tmp_path / "art", evals)
+    np.testing.assert_allclose(again, got, rtol=0, atol=1e-5)
+
+
+def test_openvino_nncf_int8_is_close_and_quantized(setup, ov, tmp_path):
+    pytest.importorskip("nncf")
+    spec, evals, _, _, ref = setup
+    cand = Candidate(backend="openvino", precision="int8", quant="nncf-ptq")
+    emb = _prepare(setup, cand)
+    got = emb.embed(evals, pooled=True)
+    assert _cos(ref, got).mean() >= 0.98  # a broken calibration (or model_type missing) gives ~0.6
+    d = emb.describe()
+    assert d["fake_quantize_nodes"] > 0
+    assert d["matmul_precisions"].get("u8", 0) + d["matmul_precisions"].get("i8", 0) > 0
+    assert d["quantization"]["calibration"]["items"] == len(setup[2])
+    again = _round_trip(emb, cand, spec, tmp_path / "art", evals)
+    np.testing.assert_allclose(again, got, rtol=0, atol=1e-4)
+
+
+def test_onnxruntime_static_int8_is_close_and_quantized(setup, tmp_path):
+    pytest.importorskip("onnxruntime")
+    spec, evals, _, _, ref = setup
+    cand = Candidate(backend="onnxruntime", precision="int8", quant="ort-static")
+    emb = _prepare(setup, cand)
+    got = emb.embed(evals, pooled=True)
+    assert _cos(ref, got).mean() >= 0.98
+    q = emb.describe()["quantization"]
+    assert q["format"] == "QDQ" and q["quantized_matmuls"] > 0 and q["ops"]["QuantizeLinear"] > 0
+    again = _round_trip(emb, cand, spec, tmp_path / "art", evals)
+    np.testing.assert_allclose(again, got, rtol=0, atol=1e-5)
+
+
+def test_openvino_says_why_not(setup, ov):
+    from infertune.backends.openvino import OpenVino
+
+    assert OpenVino.available(Candidate(backend="openvino"), "cuda") == "OpenVINO runs on the CPU here"
+    assert "nncf-ptq" in OpenVino.available(Candidate(backend="openvino", precision="int8"), "cpu")
