@@ -5,15 +5,28 @@ from __future__ import annotations
 
 import csv
 import html
-import json
+import math
 from pathlib import Path
 
 from infertune.bench.results import BenchResult, Point
 from infertune.report import figure_svg
 
+NA = "n/a"
 
-def _f(x, fmt="{:.1f}") -> str:
-    return "-" if x is None else fmt.format(x)
+
+def fmt(x, spec: str = "{:.1f}") -> str:
+    """A figure for a person: "n/a" when it was not measured (None, or NaN: e.g. the latency of a point
+    that completed no request), else `spec`-formatted."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return NA
+    return spec.format(x)
+
+
+def to_json(result: BenchResult) -> str:
+    """bench.json's text: a figure that was not measured is null (pydantic writes NaN as null; json.dumps
+    would write NaN, which is not JSON)."""
+    return result.model_dump_json(indent=1)
+
 
 
 def print_summary(result: BenchResult) -> None:
@@ -33,13 +46,13 @@ def print_summary(result: BenchResult) -> None:
     for c in cols:
         t.add_column(c, justify="left" if c in ("load", "valid") else "right")
     for p in result.points:
-        row = [p.label, "yes" if p.valid else "NO", str(p.n), _f(p.achieved_rps), _f(p.errors.rate * 100),
-               _f(p.latency_ms.p50), _f(p.latency_ms.p90), _f(p.latency_ms.p99), _f(p.latency_ms.p999)]
+        row = [p.label, "yes" if p.valid else "NO", str(p.n), fmt(p.achieved_rps), fmt(p.errors.rate * 100),
+               fmt(p.latency_ms.p50), fmt(p.latency_ms.p90), fmt(p.latency_ms.p99), fmt(p.latency_ms.p999)]
         if stream:
             tt, it, tp = p.ttft_ms, p.itl_ms, p.tpot_ms
-            row += [_f(tt and tt.p50), _f(tt and tt.p99), _f(it and it.p50), _f(it and it.p99), _f(tp and tp.p50),
-                    _f(p.output_tokens_per_s)]
-        row += [_f(p.client.lag_ms.p99), f"{p.client.cpu_util:.0%}"]
+            row += [fmt(tt and tt.p50), fmt(tt and tt.p99), fmt(it and it.p50), fmt(it and it.p99), fmt(tp and tp.p50),
+                    fmt(p.output_tokens_per_s)]
+        row += [fmt(p.client.lag_ms.p99), fmt(p.client.cpu_util, "{:.0%}")]
         t.add_row(*row, style=None if p.valid else "bold red")
     con.print(t)
     con.print("latencies are measured from each request's scheduled send time; n = requests in the measured "
@@ -82,7 +95,8 @@ def _row(p: Point) -> dict:
         pc = getattr(p, name)
         for q in ("p50", "p90", "p95", "p99", "p999"):
             r[f"{name[:-3]}_{q}_ms"] = getattr(pc, q) if pc else None
-    return r
+    # not measured is None everywhere (CSV: empty, HTML: n/a), never NaN
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()}
 
 
 def _plots(result: BenchResult) -> list[tuple[str, str]]:
@@ -161,9 +175,13 @@ def _plots(result: BenchResult) -> list[tuple[str, str]]:
     return out
 
 
+def _cell(v) -> str:
+    return fmt(v, "{}") if v is None or isinstance(v, float) else str(v)
+
+
 def write_html(result: BenchResult, path: Path) -> None:
     rows = "".join(
-        "<tr" + ("" if p.valid else " class=bad") + ">" + "".join(f"<td>{html.escape(str(v if v is not None else '-'))}</td>"
+        "<tr" + ("" if p.valid else " class=bad") + ">" + "".join(f"<td>{html.escape(_cell(v))}</td>"
                                                                  for v in _row(p).values()) + "</tr>"
         for p in result.points)
     head = "".join(f"<th>{html.escape(k)}</th>" for k in _row(result.points[0])) if result.points else ""
@@ -196,7 +214,7 @@ td,th{{border:1px solid #ccc;padding:2px 4px}}.bad{{color:#b00}}</style>
 
 def write_outputs(result: BenchResult, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps(result.model_dump(mode="json"), indent=1), encoding="utf-8")
+    (out / "bench.json").write_text(to_json(result), encoding="utf-8")
     with open(out / "bench.csv", "w", newline="", encoding="utf-8") as f:
         if result.points:
             w = csv.DictWriter(f, fieldnames=list(_row(result.points[0]).keys()))

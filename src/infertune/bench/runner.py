@@ -104,10 +104,12 @@ class _Runner:
 
 
 def _one_line(p: Point) -> str:
+    from infertune.bench.report import fmt
+
     lat = p.latency_ms
-    s = f"{p.label}: {p.achieved_rps:.1f} req/s ok, n={p.n}, p50 {lat.p50 or 0:.1f} ms, p99 {lat.p99 or 0:.1f} ms"
-    if p.ttft_ms and p.ttft_ms.p50 is not None:
-        s += f", TTFT p50 {p.ttft_ms.p50:.1f} ms, ITL p50 {(p.itl_ms.p50 or 0):.1f} ms"
+    s = f"{p.label}: {p.achieved_rps:.1f} req/s ok, n={p.n}, p50 {fmt(lat.p50)} ms, p99 {fmt(lat.p99)} ms"
+    if p.ttft_ms is not None:
+        s += f", TTFT p50 {fmt(p.ttft_ms.p50)} ms, ITL p50 {fmt(p.itl_ms and p.itl_ms.p50)} ms"
     if p.errors.total:
         s += f", errors {p.errors.total} {p.errors.by_kind}"
     if not p.valid:
@@ -196,6 +198,8 @@ def bench(cfg: BenchConfig, log: Log | None = None) -> BenchResult:
     for p in result.points:
         if not p.valid:
             result.warnings.append(f"{p.label}: INVALID - {p.invalid_reason}")
+        elif p.ok == 0:  # its figures are n/a; the caveat says why (stats.nothing_completed)
+            result.warnings.append(f"{p.label}: {p.warning}")
     result.wall_s = round(time.monotonic() - wall0, 2)
     if cfg.out is not None:
         from infertune.bench.report import write_outputs

