@@ -71,10 +71,14 @@ def _serve(conn, job: dict[str, Any]) -> None:
                 batching = Batching.model_validate(args["batching"])
                 sub = [texts[i] for i in args["subset"]] if args.get("subset") is not None else texts
                 cap, seed = args.get("max_s"), args.get("shuffle")
+                limit = None
                 for _ in range(args.get("warmup", 0)):
-                    emb.measure_pass(sub, batching, max_s=args.get("warmup_max_s", cap), shuffle=seed)
-                passes = [emb.measure_pass(sub, batching, max_s=cap, shuffle=seed)
-                          for _ in range(args.get("passes", 1))]
+                    w = emb.measure_pass(sub, batching, max_s=args.get("warmup_max_s", cap), shuffle=seed)
+                    limit = w["batches"] if args.get("match_warmup") else None
+                # match_warmup: the timed pass runs exactly the batches the warm-up ran, so no shape meets
+                # its first run (oneDNN/AMX kernel creation, a compile) inside the timed pass
+                passes = [emb.measure_pass(sub, batching, max_s=None if limit else cap, shuffle=seed,
+                                           max_batches=limit) for _ in range(args.get("passes", 1))]
                 gpu = None
                 if device == "cuda":
                     import torch

@@ -77,7 +77,7 @@ class Embedder:
         return out
 
     def measure_pass(self, texts: Sequence[str], batching: Batching, max_s: float | None = None,
-                     shuffle: int | None = None) -> dict[str, Any]:
+                     shuffle: int | None = None, max_batches: int | None = None) -> dict[str, Any]:
         """One timed pass: tokenize all, batch, forward, post-process. Tokenization time is spread
         over batches in proportion to their items, so per-batch latency is end to end.
 
@@ -93,6 +93,8 @@ class Embedder:
             import random
 
             random.Random(shuffle).shuffle(batches)
+        if max_batches is not None:
+            batches = batches[:max_batches]
         lat, done = [], []
         for b in batches:
             t = time.perf_counter()
@@ -104,7 +106,7 @@ class Embedder:
             if max_s is not None and time.perf_counter() - t0 > max_s:
                 break
         wall = time.perf_counter() - t0
-        if len(done) < len(batches):  # partial: charge only the tokenization of the items that ran
+        if sum(map(len, done)) < len(texts):  # partial: charge only the tokenization of the items that ran
             wall -= t_tok * (1 - sum(map(len, done)) / len(texts))
         padded = [len(b) * max(lengths[i] for i in b) for b in done]
         return {"wall_s": wall, "latency_ms": lat, "items": sum(map(len, done)),

@@ -31,7 +31,7 @@ class STEmbedder(Embedder):
                               show_progress_bar=False, normalize_embeddings=False)
 
     def measure_pass(self, texts: Sequence[str], batching: Batching, max_s: float | None = None,
-                     shuffle: int | None = None) -> dict[str, Any]:
+                     shuffle: int | None = None, max_batches: int | None = None) -> dict[str, Any]:
         texts = list(texts)
         order = np.argsort([-len(t) for t in texts], kind="stable")  # as SentenceTransformer.encode sorts
         chunks = [order[i : i + self.batch_size] for i in range(0, len(texts), self.batch_size)]
@@ -39,6 +39,8 @@ class STEmbedder(Embedder):
             import random
 
             random.Random(shuffle).shuffle(chunks)
+        if max_batches is not None:
+            chunks = chunks[:max_batches]
         t0 = time.perf_counter()
         lat, done = [], []
         for c in chunks:

@@ -154,7 +154,7 @@ def _search(run: search.Run, task, tried: list, result: TuneResult, out: Path) -
     for i, c in enumerate(ok):
         if i >= search.REFINE_TOP:
             why = f"probed {run.probes[c.id].speed:.1f} {task.unit}: behind the {search.REFINE_TOP} fastest"
-            run.record(c, reason=why, dropped=why)
+            run.record(c, status="rejected", reason=why, dropped=why)
             run.release(c)
             continue
         share = max(0.0, b.stage_left("refine")) / max(1, min(len(ok), search.REFINE_TOP) - i)

@@ -135,7 +135,7 @@ class Run:
 
     def probe(self, o: Option) -> Probe | None:
         c = o.candidate
-        cap = o.probe_s or (4.0 if self.cfg.device == "cpu" else 6.0)
+        cap = o.probe_s or (3.0 if self.cfg.device == "cpu" else 6.0)
         pr = self.call(c, "probe", lambda w: self.task.probe(w, c, cap))
         if pr is not None:
             self.probes[c.id] = pr

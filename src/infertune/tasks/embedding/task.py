@@ -103,7 +103,7 @@ class EmbeddingTask(Task):
         """One capped pass over shuffled batches of the eval split (after a shorter capped warm-up)."""
         warm = 0 if cand.id in self.warmed else 1
         got = worker.call("measure", timeout=max(120.0, 20 * cap_s), batching=cand.batching.model_dump(),
-                          warmup=warm, warmup_max_s=self._warm_cap(cand, cap_s / 2),
+                          warmup=warm, warmup_max_s=self._warm_cap(cand, cap_s), match_warmup=True,
                           passes=1, max_s=cap_s, shuffle=self.cfg.seed)
         self.warmed.add(cand.id)
         return got["passes"][0]
@@ -141,7 +141,7 @@ class EmbeddingTask(Task):
         if cand.batching.kind != "tokens":
             return [cand]
         dev, slo = self.cfg.device, self.cfg.slo.p99_ms
-        cap = 2.5 if dev == "cpu" else 4.0
+        cap = 2.0 if dev == "cpu" else 4.0
         longest = min(self.spec.max_length, max(self.lengths))
         pairs = self.pairs.setdefault(cand.engine_id, [])
         points = [batch_search.Point(cand.batching.size, probe.speed, probe.p99_ms or 0.0)]
