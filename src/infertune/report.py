@@ -9,6 +9,7 @@ from pathlib import Path
 from infertune.plots import figure_svg
 from infertune.plots import fmt as _f
 from infertune.results import TuneResult
+from infertune.tuning.summary import search_lines
 
 
 def print_summary(result: TuneResult) -> None:
@@ -50,28 +51,6 @@ def print_summary(result: TuneResult) -> None:
     con.print(f"results: {result.out_dir}/results.json  report: {result.out_dir}/report.html", highlight=False)
     if result.next_command:
         con.print(f"next: [bold]{result.next_command}[/]", highlight=False)
-
-
-def search_lines(result: TuneResult) -> list[str]:
-    """The search in a few sentences: host, budget, stages, what was dropped or not tried, and why."""
-    s = result.search
-    if not s:
-        return []
-    lines = [f"Host: {s.get('capabilities', '?')}."]
-    stages = ", ".join(f"{x['stage']} {x['ended_s'] - x['started_s']:.0f} s" for x in s.get("stages", []))
-    lines.append(f"Search: {s.get('wall_s') or 0:.0f} s of a {s.get('time_budget_s', 0):.0f} s budget ({stages}).")
-    for d in s.get("dropped", []):
-        c = s.get("candidates", {}).get(d["candidate"], {})
-        lines.append(f"Dropped at the {d['stage']}: {d['candidate']} ({d['ratio']:.2f}x the best so far, "
-                     f"cost {c.get('time_s') or 0:.1f} s).")
-    for eng, e in (s.get("refine") or {}).items():
-        pts = ", ".join(f"{p['tokens']}: {p['items_per_s']:.0f}/s P99 {p['p99_ms']:.0f} ms" for p in e["points"])
-        lines.append(f"Batch budget of {eng} searched against the SLO ({e['target_ms']:.0f} ms probe target; "
-                     f"padded tokens: items/s, P99): {pts} -> {e['chosen_tokens']} tokens.")
-    for n in s.get("not_tried", []):
-        if "--candidates" not in n["why"]:
-            lines.append(f"Not tried: {n['candidate']}: {n['why']}.")
-    return lines
 
 
 def print_search(result: TuneResult, con=None) -> None:

@@ -117,6 +117,8 @@ def _plots(result: TuneResult) -> dict[str, str]:
 
 
 def write_lm_report(result: TuneResult, path: Path) -> Path:
+    from infertune.tuning.summary import search_lines
+
     e = html.escape
     plots = _plots(result)
     head, body = rows(result)
@@ -133,6 +135,7 @@ td,th{{border:1px solid #ccc;padding:3px 6px}}tr.rejected{{color:#a60}}tr.failed
 svg{{max-width:100%;height:auto}}</style></head><body>
 <h1>infertune tune: {e(result.model)} (causal LM)</h1>
 <p>{'<br>'.join(e(x) for x in result.decision)}</p>
+<h2>Search</h2><p>{'<br>'.join(e(x) for x in search_lines(result))}</p>
 <h2>Candidates</h2><table>{table}</table>{sections}
 <h2>Setup</h2><pre>{e(json.dumps(result.lm, indent=2))}</pre>
 <h2>Environment</h2><pre>{e(result.environment.model_dump_json(indent=2))}</pre>
