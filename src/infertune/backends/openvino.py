@@ -61,6 +61,9 @@ class OpenVinoEmbedder(Embedder):
         self.info.setdefault("compile_s", round(time.perf_counter() - t0, 2))
         self.output = self.compiled.output("pooled")
         self._local = threading.local()  # one infer request per thread: a request is not thread-safe
+        # with dynamic shapes the CPU plugin picks kernels at the first inference: one tiny batch now, so
+        # describe() names real kernels (the ones picked for the latest shape), not "undef"
+        self.forward(self.collate([[self.pad_id] * 8]))
 
     @classmethod
     def load(cls, xml: Path, spec: EmbeddingSpec, tokenizer: Any, device: str, info: dict,
@@ -97,7 +100,7 @@ class OpenVinoEmbedder(Embedder):
             "streams": int(c.get_property("NUM_STREAMS")),
             "fake_quantize_nodes": fq,
             "matmul_precisions": dict(matmuls),  # what the CPU plugin executes per FullyConnected/MatMul
-            "matmul_kernels": dict(kernels),
+            "matmul_kernels": dict(kernels),  # as picked for the latest input shape
             **self.info,
         }
 
