@@ -2,10 +2,12 @@
 
 Each option says what it needs (`needs`, checked against the detected capabilities), what it is good at
 here (`why`, written into results.json) and how fast it is expected to be relative to the fp32 reference
-(`prior`: the search starts with the most promising, so the time budget cuts the tail). The priors come
-from measurements on the two kinds of build box (../shared/reference/what_runs_on_the_cpu_box.md): on an
-AMX Xeon, bf16 eager ran 3.5-4x the naive baseline; on an AVX2-only EPYC, ORT dynamic int8 2.8x,
-OpenVINO fp32 2.1x, ORT fp32 1.9x and plain torch 1.55x with the same length-sorted batches."""
+(`prior`: the search starts with the most promising, so the time budget cuts the tail). The priors are
+measured speeds relative to torch fp32 with the same length-sorted batches: on the AMX Xeon
+(docs/cpu_engines.md, n=4 quiet interleaved rounds) OpenVINO int8 3.0x, OpenVINO bf16 2.9x, ORT dynamic
+int8 2.25x, torch bf16 1.9x, ORT static int8 1.6x, OpenVINO fp32 1.16x, ORT fp32 1.1x; on the AVX2-only
+EPYC (../shared/reference/what_runs_on_the_cpu_box.md) ORT dynamic int8 1.8x, OpenVINO fp32 1.37x, ORT
+fp32 1.22x, OpenVINO int8 slower than its fp32 (no VNNI)."""
 
 from __future__ import annotations
 
@@ -48,30 +50,30 @@ def options(caps: Capabilities, quick: bool = False, extra: bool = False) -> lis
         out += [
             Option(C(backend="torch-eager", precision="bf16", batching=tb),
                    "native bf16 matmuls on AMX tiles" if cpu.amx else "native bf16 (AVX512-BF16)",
-                   3.5 if cpu.amx else 1.6, needs=("cpu-bf16",)),
+                   1.9 if cpu.amx else 1.3, needs=("cpu-bf16",)),
             Option(C(backend="onnxruntime", precision="int8", quant="ort-dynamic", batching=tb),
                    f"int8 weights (per channel), activations quantized on the fly; ONNX Runtime's {int8_kernels}",
-                   2.6 if cpu.vnni else 2.2),
+                   2.25 if cpu.vnni else 1.8),
             Option(C(backend="onnxruntime", precision="int8", quant="ort-static", batching=tb),
                    f"int8 weights and activations, ranges calibrated on the workload's calibration split; {int8_kernels}",
-                   2.4 if cpu.vnni else 2.0),
+                   1.6 if cpu.vnni else 1.5),
             Option(C(backend="openvino", precision="bf16", batching=tb),
-                   "OpenVINO's fused CPU graph with native bf16 (its default on AMX)", 3.3 if cpu.amx else 1.6,
+                   "OpenVINO's fused CPU graph with native bf16 (its default on AMX)", 2.9 if cpu.amx else 1.5,
                    needs=("cpu-bf16",)),
             Option(C(backend="openvino", precision="fp32", batching=tb),
-                   "OpenVINO's fused CPU graph (LATENCY hint): the fastest lossless engine measured on AVX2", 1.7),
+                   "OpenVINO's fused CPU graph (LATENCY hint): the fastest lossless engine measured on AVX2", 1.37),
             Option(C(backend="openvino", precision="int8", quant="nncf-ptq", batching=tb),
                    "OpenVINO int8 from NNCF post-training quantization on the calibration split",
-                   2.5, needs=("cpu-vnni",)),
-            Option(C(backend="onnxruntime", precision="fp32", batching=tb), "ONNX Runtime's fused fp32 graph", 1.4),
+                   3.0 if cpu.amx else 2.0, needs=("cpu-vnni",)),
+            Option(C(backend="onnxruntime", precision="fp32", batching=tb), "ONNX Runtime's fused fp32 graph", 1.2),
             Option(C(backend="torch-eager", precision="int8", quant="torch.ao-dynamic", batching=tb),
                    f"torch.ao dynamic int8 Linear layers ({int8_kernels}); usually over MiniLM's accuracy budget",
-                   1.5 if cpu.vnni else 1.2),
+                   1.3 if cpu.vnni else 1.1),
         ]
         if not quick:
             out.append(Option(C(backend="torch-compile", precision="bf16", batching=tb),
                               "inductor-fused bf16 kernels (a compile per padded shape, ~1 min on 2 cores)",
-                              3.4 if cpu.amx else 1.5, needs=("cpu-bf16",), probe_s=90.0))
+                              2.0 if cpu.amx else 1.3, needs=("cpu-bf16",), probe_s=90.0))
         if extra:  # eager torchao int8 ran at 0.05x on the AVX2 box and trailed fp32 on AMX
             out.append(Option(C(backend="torch-eager", precision="int8", quant="torchao-int8-dyn", batching=tb),
                               "torchao int8 dynamic quantization, eager (fast only compiled on GPU)", 0.2))
