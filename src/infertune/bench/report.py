@@ -90,7 +90,7 @@ def _row(p: Point) -> dict:
          "errors": p.errors.total, "error_rate": p.errors.rate, "goodput_rps": p.goodput_rps,
          "input_tokens_per_s": p.input_tokens_per_s, "output_tokens_per_s": p.output_tokens_per_s,
          "client_cpu": p.client.cpu_util, "lag_p99_ms": p.client.lag_ms.p99, "slo_pass": p.slo_pass,
-         "invalid_reason": p.invalid_reason}
+         "invalid_reason": p.invalid_reason, "warning": p.warning}
     for name in ("latency_ms", "ttft_ms", "itl_ms", "tpot_ms"):
         pc = getattr(p, name)
         for q in ("p50", "p90", "p95", "p99", "p999"):
