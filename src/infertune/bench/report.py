@@ -28,7 +28,6 @@ def to_json(result: BenchResult) -> str:
     return result.model_dump_json(indent=1)
 
 
-
 def print_summary(result: BenchResult) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -175,13 +174,9 @@ def _plots(result: BenchResult) -> list[tuple[str, str]]:
     return out
 
 
-def _cell(v) -> str:
-    return fmt(v, "{}") if v is None or isinstance(v, float) else str(v)
-
-
 def write_html(result: BenchResult, path: Path) -> None:
     rows = "".join(
-        "<tr" + ("" if p.valid else " class=bad") + ">" + "".join(f"<td>{html.escape(_cell(v))}</td>"
+        "<tr" + ("" if p.valid else " class=bad") + ">" + "".join(f"<td>{html.escape(fmt(v, '{}'))}</td>"
                                                                  for v in _row(p).values()) + "</tr>"
         for p in result.points)
     head = "".join(f"<th>{html.escape(k)}</th>" for k in _row(result.points[0])) if result.points else ""
