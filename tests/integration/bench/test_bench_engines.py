@@ -43,7 +43,8 @@ def serve_minilm(tmp_path_factory):
 
 def _one_at_a_time(url: str) -> tuple[float, float]:
     """(P50 latency ms, requests/s) of `infertune serve` answering one request at a time on this box now."""
-    p = bench(BenchConfig(url=url, api="embeddings", concurrency=[1], duration=2, warmup=0.5, metrics_url="")).points[0]
+    # 1 s of warm-up: the server's first requests of each padded length build their kernels
+    p = bench(BenchConfig(url=url, api="embeddings", concurrency=[1], duration=2, warmup=1, metrics_url="")).points[0]
     assert p.ok > 0 and p.errors.total == 0, (p.errors, p.warning)
     return p.latency_ms.p50, p.achieved_rps
 
@@ -56,16 +57,17 @@ def test_slo_search_against_infertune_serve_repeats_within_15_percent(serve_mini
     #
     # What "bound by capacity" means scales with the box (CI is sometimes an AVX2 box 2-4x slower), so the
     # SLO and the window come from a one-at-a-time probe, not from constants:
-    # - SLO: P99 <= 50x the one-at-a-time latency, and never below 1000 ms. On the AMX box (18-20 ms alone)
-    #   that is 1000 ms, where eight searches agreed within 7% pairwise; 250 ms (~13x) was the size of the
-    #   host's own hiccups and did not reproduce (docs/bench.md). On a 4x slower box the latency near capacity
-    #   is ~4x too, and a fixed 1000 ms would become a tail SLO there (CI got met=False).
+    # - SLO: P99 <= 50x the one-at-a-time latency, within 1000-5000 ms. On the AMX box (18-20 ms alone) that
+    #   is 1000 ms, where eight searches agreed within 7% pairwise; 250 ms (~13x) was the size of the host's
+    #   own hiccups and did not reproduce (docs/bench.md). On a 4x slower box the latency near capacity is ~4x
+    #   too, and a fixed 1000 ms would become a tail SLO there (CI got met=False). The cap keeps a probe taken
+    #   in a bad moment (seen: 367 ms alone on a contended box) from making the latency term meaningless.
     # - window: ~250 requests at the one-at-a-time rate (5 s at ~50 req/s here, at most 15 s). At the keep-up
     #   threshold a 5% shortfall is ~12 requests, more than one batch finishing on either side of the window's
     #   end; with a fixed 5 s at 12 req/s it would be 3, and a batch boundary alone could fail a point.
     # With 5 s points three runs of this test gave 55.4/60.8, 63.8/61.2, 62.8/62.0 req/s on the AMX box.
     one_ms, one_rps = _one_at_a_time(serve_minilm)
-    bound_ms = max(1000.0, 50 * one_ms)
+    bound_ms = min(5000.0, max(1000.0, 50 * one_ms))
     duration = min(15.0, max(5.0, 250 / one_rps))
     print(f"one at a time: P50 {one_ms:.1f} ms, {one_rps:.1f} req/s -> SLO p99_e2e_ms<={bound_ms:.0f}, "
           f"{duration:.1f} s points")
