@@ -28,7 +28,6 @@ def to_json(result: BenchResult) -> str:
     return result.model_dump_json(indent=1)
 
 
-
 def print_summary(result: BenchResult) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -90,7 +89,7 @@ def _row(p: Point) -> dict:
          "errors": p.errors.total, "error_rate": p.errors.rate, "goodput_rps": p.goodput_rps,
          "input_tokens_per_s": p.input_tokens_per_s, "output_tokens_per_s": p.output_tokens_per_s,
          "client_cpu": p.client.cpu_util, "lag_p99_ms": p.client.lag_ms.p99, "slo_pass": p.slo_pass,
-         "invalid_reason": p.invalid_reason}
+         "invalid_reason": p.invalid_reason, "warning": p.warning}
     for name in ("latency_ms", "ttft_ms", "itl_ms", "tpot_ms"):
         pc = getattr(p, name)
         for q in ("p50", "p90", "p95", "p99", "p999"):
@@ -175,13 +174,9 @@ def _plots(result: BenchResult) -> list[tuple[str, str]]:
     return out
 
 
-def _cell(v) -> str:
-    return fmt(v, "{}") if v is None or isinstance(v, float) else str(v)
-
-
 def write_html(result: BenchResult, path: Path) -> None:
     rows = "".join(
-        "<tr" + ("" if p.valid else " class=bad") + ">" + "".join(f"<td>{html.escape(_cell(v))}</td>"
+        "<tr" + ("" if p.valid else " class=bad") + ">" + "".join(f"<td>{html.escape(fmt(v, '{}'))}</td>"
                                                                  for v in _row(p).values()) + "</tr>"
         for p in result.points)
     head = "".join(f"<th>{html.escape(k)}</th>" for k in _row(result.points[0])) if result.points else ""

@@ -41,19 +41,43 @@ def serve_minilm(tmp_path_factory):
         stop(proc, group=True)
 
 
+def _one_at_a_time(url: str) -> tuple[float, float]:
+    """(P50 latency ms, requests/s) of `infertune serve` answering one request at a time on this box now."""
+    # 1 s of warm-up: the server's first requests of each padded length build their kernels
+    p = bench(BenchConfig(url=url, api="embeddings", concurrency=[1], duration=2, warmup=1, metrics_url="")).points[0]
+    assert p.ok > 0 and p.errors.total == 0, (p.errors, p.warning)
+    return p.latency_ms.p50, p.achieved_rps
+
+
 @pytest.mark.slow
 def test_slo_search_against_infertune_serve_repeats_within_15_percent(serve_minilm):
     # The SLO is set where latency is bound by capacity, and over rates a point also fails when the server
     # fell behind (completions < 95% of sends): the answer is the sustainable rate. A marginal failure is
-    # measured once more (this box's CPU speed swings up to 2x for seconds). With 5 s points three runs of
-    # this test gave 55.4/60.8, 63.8/61.2, 62.8/62.0 req/s; a fresh-clone CI run before the keep-up check,
-    # the re-check and the serve padding cap got 42.1 vs 36.4 (docs/bench.md). Exactly two searches.
+    # measured once more (this box's CPU speed swings up to 2x for seconds). Exactly two searches.
+    #
+    # What "bound by capacity" means scales with the box (CI is sometimes an AVX2 box 2-4x slower), so the
+    # SLO and the window come from a one-at-a-time probe, not from constants:
+    # - SLO: P99 <= 50x the one-at-a-time latency, within 1000-5000 ms. On the AMX box (18-20 ms alone) that
+    #   is 1000 ms, where eight searches agreed within 7% pairwise; 250 ms (~13x) was the size of the host's
+    #   own hiccups and did not reproduce (docs/bench.md). On a 4x slower box the latency near capacity is ~4x
+    #   too, and a fixed 1000 ms would become a tail SLO there (CI got met=False). The cap keeps a probe taken
+    #   in a bad moment (seen: 367 ms alone on a contended box) from making the latency term meaningless.
+    # - window: ~250 requests at the one-at-a-time rate (5 s at ~50 req/s here, at most 15 s). At the keep-up
+    #   threshold a 5% shortfall is ~12 requests, more than one batch finishing on either side of the window's
+    #   end; with a fixed 5 s at 12 req/s it would be 3, and a batch boundary alone could fail a point.
+    # With 5 s points three runs of this test gave 55.4/60.8, 63.8/61.2, 62.8/62.0 req/s on the AMX box.
+    one_ms, one_rps = _one_at_a_time(serve_minilm)
+    bound_ms = min(5000.0, max(1000.0, 50 * one_ms))
+    duration = min(15.0, max(5.0, 250 / one_rps))
+    print(f"one at a time: P50 {one_ms:.1f} ms, {one_rps:.1f} req/s -> SLO p99_e2e_ms<={bound_ms:.0f}, "
+          f"{duration:.1f} s points")
     answers = []
     for seed in (0, 1):
-        res = bench(BenchConfig(url=serve_minilm, api="embeddings", slo="p99_e2e_ms<=1000", duration=5, warmup=1,
-                                seed=seed, slo_tolerance=0.05))
+        res = bench(BenchConfig(url=serve_minilm, api="embeddings", slo=f"p99_e2e_ms<={bound_ms:.0f}",
+                                duration=duration, warmup=1, seed=seed, slo_tolerance=0.05))
         assert res.slo is not None and res.slo.met, res.slo
         answers.append(res.slo.max_load)
         print(f"SLO search {seed}: max rate {res.slo.max_load:.1f} req/s; steps: {res.slo.steps}"
               + (f"; {res.slo.noise_note}" if res.slo.noise_note else ""))
+    print(f"answers {answers}: max/min {max(answers) / min(answers):.3f}")
     assert max(answers) / min(answers) <= 1.15, answers

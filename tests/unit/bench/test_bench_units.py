@@ -3,6 +3,7 @@ statistics and the client self-check, Prometheus parsing."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 
@@ -299,7 +300,9 @@ def test_a_point_with_zero_completions_renders_and_serializes(tmp_path, capsys):
     e = data["points"][1]
     assert e["ok"] == 0 and e["latency_ms"]["p50"] is None and e["ttft_ms"]["p99"] is None
     assert data["points"][0]["mean_inflight"] is None
-    rows = (tmp_path / "bench.csv").read_text().splitlines()
-    assert len(rows) == 3 and "nan" not in (tmp_path / "bench.csv").read_text().lower()
+    with open(tmp_path / "bench.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 and "nan" not in (tmp_path / "bench.csv").read_text().lower()
+    assert rows[1]["latency_p50_ms"] == "" and "no request was sent" in rows[1]["warning"]
     html = (tmp_path / "bench.html").read_text()
     assert "<td>n/a</td>" in html and "NaN" not in html
