@@ -42,7 +42,7 @@ vllm-env: $(VLLM_VENV)/.installed $(SMOLLM2_HF)/config.json
 # the two venvs build side by side (pip is mostly download and unzip): about 2 min saved on a fresh machine
 test:
 	$(MAKE) --no-print-directory -j2 venv vllm-env
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=12
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests

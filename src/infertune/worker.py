@@ -93,7 +93,21 @@ def _serve(conn, job: dict[str, Any]) -> None:
             conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"))
 
 
+def _stdout_to_stderr() -> None:
+    """A worker never writes to the parent's stdout (`tune --json` prints only JSON there): libraries that
+    print progress (NNCF's statistics bar, compilers) go to stderr, native code included."""
+    import sys
+
+    try:
+        sys.stdout.flush()
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+    except (OSError, ValueError):
+        pass
+
+
 def _main(conn, job: dict[str, Any]) -> None:
+    _stdout_to_stderr()
     try:
         if job.get("kind") == "call":
             import importlib

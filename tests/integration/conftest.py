@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from tune_helpers import run_cli, write_user_jsonl  # noqa: E402
 
-TUNE_BUDGET_S = 120
+TUNE_BUDGET_S = 90
 
 
 @pytest.fixture(scope="session")
@@ -19,7 +19,7 @@ def user_jsonl(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def quick_run(tmp_path_factory, user_jsonl):
-    """One real `infertune tune minilm --quick` with a 120 s budget, as a user runs it, for the session:
+    """One real `infertune tune minilm --quick` with a 90 s budget, as a user runs it, for the session:
     whatever this CPU can do decides the candidates (bf16 on AMX, int8/OpenVINO on AVX2)."""
     out = tmp_path_factory.mktemp("run")
     r = run_cli("tune", "minilm", "--workload", str(user_jsonl), "--quick", "--time-budget", str(TUNE_BUDGET_S),

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from tune_helpers import run_cli
 
+from conftest import TUNE_BUDGET_S
 from infertune.workload import load_workload
 
 
@@ -30,9 +31,9 @@ def test_quick_tune_writes_contract_results_report_and_artifact(quick_run):
     assert res["workload"]["n_items"] == 1000 and res["workload"]["over_limit"] >= 20
     # the search: what this host is, what each candidate cost and how far it got, all inside the budget
     s = res["search"]
-    assert s["capabilities"] and s["time_budget_s"] == 120 and [x["stage"] for x in s["stages"]] == [
+    assert s["capabilities"] and s["time_budget_s"] == TUNE_BUDGET_S and [x["stage"] for x in s["stages"]] == [
         "probe", "refine", "full", "confirm"]
-    assert res["wall_s"] <= 1.1 * 120, res["wall_s"]
+    assert res["wall_s"] <= 1.1 * TUNE_BUDGET_S, res["wall_s"]
     for c in res["candidates"]:
         assert c["status"] == "skipped" or c["time_s"] is not None, c["name"]
         assert c["status"] == "skipped" or c["stage"] in ("prepare", "probe", "full", "confirm"), c["name"]

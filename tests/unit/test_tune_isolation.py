@@ -12,6 +12,7 @@ from infertune.tasks.embedding.candidates import reference
 from infertune.tune import tune
 
 B = Batching(kind="tokens", size=512)
+BUDGET = 240  # room for every fake on a slow box; the run ends when its work is done, not at the budget
 
 
 def fake(**opts):
@@ -29,10 +30,11 @@ def test_misbehaving_candidates_are_recorded_and_run_continues(tmp_path):
         fake(fail="forward", tag="f"),
         fake(us_per_token="3000"),  # ~0.1 s per item: far below the fp32 reference
     ]
-    cfg = TuneConfig(quick=True, rounds=1, max_eval_items=48, out=tmp_path, write_artifact=False,
-                     sensitivity=False, candidate_timeout_s=120, slo=SLO(p99_ms=0.5), time_budget_s=120)
+    cfg = TuneConfig(quick=True, rounds=1, confirm_rounds=1, max_eval_items=48, out=tmp_path, write_artifact=False,
+                     sensitivity=False, candidate_timeout_s=120, slo=SLO(p99_ms=0.5), time_budget_s=BUDGET)
     res = tune(cfg, quiet=True, candidates=cands)
     by = {c.name: c for c in res.candidates}
+    print("\n" + "\n".join(f"{c.name}: {c.status} {c.stage} {c.time_s} s: {c.reason}" for c in res.candidates))
     assert by[cands[1].id].status == "failed" and "asked to fail in prepare" in by[cands[1].id].reason
     assert by[cands[2].id].status == "failed" and "died" in by[cands[2].id].reason
     assert by[cands[3].id].status == "failed" and "timed out" in by[cands[3].id].reason
@@ -41,13 +43,14 @@ def test_misbehaving_candidates_are_recorded_and_run_continues(tmp_path):
     # the well-behaved fake was probed and verified (its vectors are not the model's: rejected)
     ok = by[cands[0].id]
     assert ok.status == "rejected" and "cosine" in ok.reason and ok.probe["speed"] > 0
-    # the pathological one: dropped after its probe (checked twice), within seconds
+    # the pathological one: dropped after one probe (far below the line: no re-probe), within seconds
     slow = by[cands[6].id]
     assert slow.status == "rejected" and slow.stage == "probe" and "dropped after the probe" in slow.reason
     assert slow.time_s <= 15, slow.time_s
     print(f"\npathological candidate: probe {slow.probe['speed']:.1f} items/s, cost {slow.time_s:.1f} s")
     # the real reference and baseline ran too
-    ref = by[reference("cpu").id]
+    ref = by[res.reference]
+    assert res.reference.startswith(reference("cpu").engine_id)
     assert ref.accuracy.cosine_min > 0.99999 and ref.stage in ("full", "confirm")
     # a 0.5 ms SLO: no winner, but what is achievable and the flag that admits it
     assert res.winner is None
@@ -58,4 +61,4 @@ def test_misbehaving_candidates_are_recorded_and_run_continues(tmp_path):
     s = saved["search"]
     assert s["candidates"][cands[6].id]["stage"] == "probe" and s["dropped"][0]["candidate"] == cands[6].id
     assert [x["stage"] for x in s["stages"]] == ["probe", "refine", "full", "confirm"]
-    assert saved["wall_s"] <= 1.1 * 120
+    assert saved["wall_s"] <= 1.1 * BUDGET

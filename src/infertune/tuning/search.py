@@ -117,7 +117,8 @@ class Run:
         self.console.print(f"  preparing {c.engine_id} ...", highlight=False)
         t = time.monotonic()
         self.record(c, status="ok", stage="prepare")
-        w = Worker(self.task.job(c), self.timeout("probe", 60.0))
+        own = c.option("timeout_s") if hasattr(c, "option") else None  # a candidate's own timeout wins
+        w = Worker(self.task.job(c), float(own) if own else self.timeout("probe", 60.0))
         try:
             info = w.ready()
         except WorkerFailed as e:
@@ -188,9 +189,9 @@ def try_option(run: Run, o: Option) -> None:
         return
     best, best_id = run.best_probe
     ratio = pr.speed / best if best else 1.0
-    if o.role == "candidate" and best and ratio < cfg.drop_below:
-        # a neighbour's burst can halve one short probe on a shared box (never speed it up): probe once
-        # more and keep the faster, so only a candidate that is slow twice is dropped
+    if o.role == "candidate" and best and cfg.drop_below / 2 <= ratio < cfg.drop_below:
+        # a neighbour's burst can halve one short probe on a shared box (never speed it up): a candidate
+        # near the line is probed once more and the faster probe kept; one far below it is not noise
         again = run.probe(o)
         if again is None:
             return

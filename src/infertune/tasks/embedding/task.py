@@ -176,6 +176,8 @@ class EmbeddingTask(Task):
         run.record(chosen, probe={"speed": round(best.speed, 3), "unit": self.unit, "p99_ms": best.p99_ms,
                                   "batching": chosen.batching.id})
         run.probes[chosen.id] = Probe(speed=best.speed, p99_ms=best.p99_ms)
+        if self.result is not None and self.result.reference == cand.id:
+            self.result.reference = chosen.id  # the reference engine, under the batching it was measured with
         run.options.setdefault(chosen.id, run.options.get(cand.id))
         self.console.print(f"  batching {cand.engine_id}: {chosen.batching.id} ({best.speed:.1f} items/s, predicted "
                            f"P99 {pred[best.tokens]:.1f} ms; {len(points)} budgets tried)", highlight=False)
