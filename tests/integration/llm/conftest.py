@@ -28,5 +28,6 @@ def smollm2_artifact(tmp_path_factory):
     from infertune.tune import tune
 
     out = tmp_path_factory.mktemp("llm") / "run"
-    cfg = TuneConfig(model="smollm2", quick=True, out=out, candidates=["static/fp32$", "vllm"], lm_batches=(1, 4), rounds=1)
+    cfg = TuneConfig(model="smollm2", quick=True, out=out, candidates=["static/fp32$", "vllm"], lm_batches=(1, 4), rounds=1,
+                     confirm_rounds=2)
     return tune(cfg, quiet=True), out
