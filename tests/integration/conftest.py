@@ -7,9 +7,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from tune_helpers import run_cli, write_user_jsonl  # noqa: E402
-
-TUNE_BUDGET_S = 90
+from tune_helpers import TUNE_BUDGET_S, run_cli, write_user_jsonl  # noqa: E402
 
 
 @pytest.fixture(scope="session")

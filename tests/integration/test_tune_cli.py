@@ -4,9 +4,8 @@ import json
 
 import numpy as np
 import pytest
-from tune_helpers import run_cli
+from tune_helpers import TUNE_BUDGET_S, run_cli
 
-from conftest import TUNE_BUDGET_S
 from infertune.workload import load_workload
 
 
