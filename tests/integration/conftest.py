@@ -17,7 +17,7 @@ def user_jsonl(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def quick_run(tmp_path_factory, user_jsonl):
-    """One real `infertune tune minilm --quick` with a 90 s budget, as a user runs it, for the session:
+    """One real `infertune tune minilm --quick` with a 75 s budget, as a user runs it, for the session:
     whatever this CPU can do decides the candidates (bf16 on AMX, int8/OpenVINO on AVX2)."""
     out = tmp_path_factory.mktemp("run")
     r = run_cli("tune", "minilm", "--workload", str(user_jsonl), "--quick", "--time-budget", str(TUNE_BUDGET_S), "--confirm-rounds", "3",

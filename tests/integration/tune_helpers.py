@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 CLI = [sys.executable, "-m", "infertune.cli.main"]
-TUNE_BUDGET_S = 90  # the shared quick tune's --time-budget
+TUNE_BUDGET_S = 75  # the shared quick tune's --time-budget
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
 
 

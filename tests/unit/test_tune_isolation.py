@@ -28,7 +28,9 @@ def test_misbehaving_candidates_are_recorded_and_run_continues(tmp_path):
         fake(fail="hang", timeout_s="4"),
         fake(unavailable="needs a flux capacitor"),
         fake(fail="forward", tag="f"),
-        fake(us_per_token="3000"),  # ~0.1 s per item: far below the fp32 reference
+        # ~1 s per item, sleeping: far below the fp32 reference even when the reference shares its cores
+        # with a neighbour (a sleep is not slowed by one); small batches keep each one ~1.3 s
+        fake(us_per_token="20000").model_copy(update={"batching": Batching(kind="tokens", size=64)}),
     ]
     cfg = TuneConfig(quick=True, rounds=1, confirm_rounds=1, max_eval_items=48, out=tmp_path, write_artifact=False,
                      sensitivity=False, candidate_timeout_s=120, slo=SLO(p99_ms=0.5), time_budget_s=BUDGET)
