@@ -94,7 +94,8 @@ class Run:
 
     # --- one engine ----------------------------------------------------------------------------
     def start(self, c) -> bool:
-        """Prepare `c`'s engine (shared by candidates that differ only in how they are batched)."""
+        """Prepare `c`'s engine (shared by candidates that differ only in how they are batched). The
+        caller (try_option) has already checked that the engine is available here."""
         if c.engine_id in self.workers:
             sib = next((r for k, r in self.results.items() if self.cands[k].engine_id == c.engine_id
                         and r.status == "ok"), None)
@@ -104,15 +105,6 @@ class Run:
         if c.engine_id in self.dead:
             status, why = self.dead[c.engine_id]
             self.record(c, status=status, reason=why)
-            return False
-        try:
-            reason = self.task.available(c)
-        except Exception as e:  # noqa: BLE001
-            reason = f"availability check failed: {e}"
-        if reason:
-            self.dead[c.engine_id] = ("skipped", reason)
-            self.record(c, status="skipped", reason=reason)
-            self.console.print(f"  [yellow]skip[/] {c.id}: {reason}", highlight=False)
             return False
         self.console.print(f"  preparing {c.engine_id} ...", highlight=False)
         t = time.monotonic()
