@@ -21,6 +21,7 @@ class BenchConfig(BaseModel):
     model: str | None = Field(None, description="model name sent in requests; default: first of GET /v1/models")
     workload: Path | None = Field(None, description="JSONL: {input} (embeddings) or {prompt|messages, max_tokens}")
     synthetic: str | None = Field(None, description="e.g. 'prompt=lognormal(200,0.6),output=128'")
+    inputs_per_request: int = Field(1, ge=1, le=2048, description="embeddings: inputs packed into each request")
     stream: bool | None = Field(None, description="stream completions/chat (default: yes, to measure TTFT/ITL)")
     # load profile
     concurrency: list[int] = Field(default_factory=list)

@@ -151,7 +151,7 @@ def bench(cfg: BenchConfig, log: Log | None = None) -> BenchResult:
     started = dt.datetime.now().isoformat(timespec="seconds")
     wall0 = time.monotonic()
     model = cfg.model or _default_model(cfg)
-    req = build(cfg.api, model, cfg.streaming, cfg.workload, cfg.synthetic, cfg.seed)
+    req = build(cfg.api, model, cfg.streaming, cfg.workload, cfg.synthetic, cfg.seed, cfg.inputs_per_request)
     slo = parse_slo(cfg.slo, cfg.max_error_rate, cfg.streaming, cfg.slo_keepup) if cfg.slo else None
     warnings = preflight(cfg, req, log)
     from infertune.fingerprint import fingerprint

@@ -147,7 +147,28 @@ def from_file(path: Path, api: str, model: str | None, stream: bool, default_max
     return Requests(bodies, toks, maxt, str(path))
 
 
-def build(api: str, model: str | None, stream: bool, workload: Path | None, spec: str | None, seed: int) -> Requests:
+def group_inputs(reqs: Requests, per_request: int, model: str | None) -> Requests:
+    """Embeddings: pack `per_request` consecutive inputs into each request (OpenAI takes up to 2048), the
+    way a batch-indexing client sends them; the workload is cycled so every request is full."""
+    texts: list[str] = []
+    for b in reqs.bodies:
+        x = json.loads(b)["input"]
+        texts += x if isinstance(x, list) else [x]
+    n = max(1, len(texts) // per_request)
+    texts = (texts * (-(-n * per_request // len(texts))))[: n * per_request]
+    bodies = [json.dumps(_body("embeddings", model, False, text=texts[i * per_request:(i + 1) * per_request])).encode()
+              for i in range(n)]
+    toks = [sum(max(1, round(len(t.split()) * 1.3)) for t in texts[i * per_request:(i + 1) * per_request])
+            for i in range(n)]
+    return Requests(bodies, toks, [None] * n, f"{reqs.source} ({per_request} inputs per request)")
+
+
+def build(api: str, model: str | None, stream: bool, workload: Path | None, spec: str | None, seed: int,
+          inputs_per_request: int = 1) -> Requests:
+    if inputs_per_request > 1:
+        if api != "embeddings":
+            raise InfertuneError("--inputs-per-request applies to --api embeddings only")
+        return group_inputs(build(api, model, stream, workload, spec, seed), inputs_per_request, model)
     if workload is not None:
         return from_file(workload, api, model, stream)
     if spec:

@@ -29,6 +29,7 @@ def bench_cmd(
     model: Annotated[str | None, typer.Option(help="model name in requests (default: first of GET /v1/models)")] = None,
     workload: Annotated[Path | None, typer.Option(help="JSONL: {\"input\": ...} or {\"prompt\"|\"messages\", \"max_tokens\"}")] = None,
     synthetic: Annotated[str | None, typer.Option(help="e.g. 'prompt=lognormal(200,0.6),output=128'")] = None,
+    inputs_per_request: Annotated[int, typer.Option(help="embeddings: pack this many workload inputs into each request (a batch-indexing client; OpenAI allows 2048)")] = 1,
     concurrency: Annotated[str | None, typer.Option(help="closed loop: streams in flight, e.g. 1,4,16")] = None,
     rate: Annotated[str | None, typer.Option(help="open loop: requests/s, e.g. 10,50,100")] = None,
     arrivals: Annotated[str, typer.Option(help="constant or poisson (seeded)")] = "constant",
@@ -74,7 +75,7 @@ def bench_cmd(
     if workers != "auto" and not workers.isdigit():
         raise InfertuneError(f"--workers takes a number or 'auto', not {workers!r}")
     cfg = BenchConfig(
-        url=url, api=api, model=model, workload=workload, synthetic=synthetic, stream=stream,
+        url=url, api=api, model=model, workload=workload, synthetic=synthetic, inputs_per_request=inputs_per_request, stream=stream,
         concurrency=_nums(concurrency, int, "--concurrency"), rates=_nums(rate, float, "--rate"), arrivals=arrivals,
         sweep=sweep, slo=slo, slo_over=slo_over, slo_keepup=slo_keepup, slo_recheck=slo_recheck, duration=duration, warmup=warmup, max_requests=max_requests,
         workers="auto" if workers == "auto" else int(workers), timeout=timeout, max_lag_ms=max_lag_ms,

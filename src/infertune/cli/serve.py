@@ -24,7 +24,13 @@ Examples:
   infertune serve minilm --port 8080          # untuned MiniLM, fp32
   curl -s localhost:8000/v1/embeddings -H 'Content-Type: application/json' -d '{"model": "minilm", "input": \\["hello", "world"]}'
 
-Batching: items are tokenized, length-sorted within a short window and packed while items x longest <= --batch-tokens (and, on CPU, padded/real tokens <= --max-padding), waiting at most --max-wait-ms for company. With --max-queue requests in flight the next one gets 429 with Retry-After. Over-length input gets 400 naming the limit unless --truncate. SIGTERM/SIGINT: stop accepting, answer everything accepted, exit 0."""
+Batching: items are tokenized, length-sorted within a short window and packed while items x longest <= --batch-tokens (and, on CPU, padded/real tokens <= --max-padding), waiting at most --max-wait-ms for company. With --max-queue requests in flight the next one gets 429 with Retry-After. Over-length input gets 400 naming the limit unless --truncate. SIGTERM/SIGINT: /ready fails, connections are still accepted for --drain-s, then everything accepted is answered and the process exits 0 (a second signal stops at once).
+
+\b
+Processes: on CPU one process by default (HTTP + tokenizer threads + the model). With --frontends N
+(default on GPUs: half the cores) N frontend processes share the port (HTTP, JSON, tokenization,
+rendering) and one engine process per device (--devices) owns the model and the batching; a dead
+engine is restarted, /metrics adds up every process."""
 
 
 def register(app: typer.Typer) -> None:
@@ -51,9 +57,14 @@ def serve_cmd(
     request_timeout_s: Annotated[float, typer.Option(help="per-request timeout in s (504 after)")] = 60.0,
     truncate: Annotated[bool, typer.Option("--truncate/--reject-long", help="truncate over-length input to the model's limit instead of answering 400")] = False,
     graceful_timeout_s: Annotated[float, typer.Option(help="on SIGTERM, how long to wait for in-flight requests")] = 60.0,
+    drain_s: Annotated[float, typer.Option("--drain-s", help="on SIGTERM, /ready fails at once but new connections are still accepted (and answered) for this long before the graceful shutdown, so a load balancer can stop routing here")] = 2.0,
+    frontends: Annotated[int | None, typer.Option(help="HTTP/tokenizer processes sharing the port (default 1 on CPU; on GPUs half the cores, <= 8 per GPU). More than one, or several --devices, runs the model in engine processes")] = None,
+    devices: Annotated[str | None, typer.Option(help="with --device cuda: GPUs to serve on, one engine process each, e.g. 0,1 (default: every visible GPU)")] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "warning",
     worker_process: Annotated[bool, typer.Option("--worker-process/--in-process", help="run the model in a supervised child process that is restarted when it dies (in-flight requests get 503, /metrics counts infertune_worker_restarts_total)")] = False,
     worker_timeout_s: Annotated[float, typer.Option(help="with --worker-process: a forward pass not answered within this is a stall; the worker is killed and restarted")] = 60.0,
+    ceiling: Annotated[bool, typer.Option("--ceiling", help="do not serve: measure the forward-only ceiling (items/s with nothing but the model running, batches packed as the server packs them) on --workload's texts, print it and exit; compare with `infertune bench` against the server")] = False,
+    workload: Annotated[str | None, typer.Option(help="with --ceiling: JSONL/text of inputs (default: the embedded sample)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the ServeResult as JSON to stdout on exit")] = False,
 ) -> None:
     from infertune.errors import InfertuneError
@@ -62,13 +73,29 @@ def serve_cmd(
 
     if device not in (None, "cpu", "cuda"):
         raise InfertuneError(f"--device must be cpu or cuda, not {device!r}")
+    if ceiling:
+        from infertune.serve.ceiling import forward_ceiling
+        from infertune.workload import load_workload
+
+        texts = load_workload(workload).items if workload else None
+        c = forward_ceiling(model, device, texts, batch_tokens=batch_tokens, max_batch_items=max_batch_items,
+                            progress=lambda m: typer.echo(m, err=True))
+        typer.echo(f"forward-only ceiling of {model} on {c['device']}: {c['items_per_s']:,.1f} items/s (median of "
+                   f"n={c['n']} rounds, range {c['min']:,.1f}-{c['max']:,.1f}); {c['texts']} texts, "
+                   f"{c['tokens_per_item_mean']} tokens each on average, {c['batches']} batches of "
+                   f"{c['items_per_batch_mean']} items (budget {c['budget_tokens']} padded tokens, <= {c['max_items']} items)",
+                   err=as_json)
+        if as_json:
+            typer.echo(json.dumps(c, indent=2))
+        return
     cfg = ServeConfig(
         model=model, host=host, port=port, device=device, api_key=api_key, served_model_name=served_model_name,
         batch_tokens=batch_tokens, max_batch_items=max_batch_items, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms,
         max_padding=max_padding, tokenize_workers=tokenize_workers, threads=threads, max_queue=max_queue,
         max_items_per_request=max_items_per_request, max_body_bytes=int(max_body_mb * 1024 * 1024),
         request_timeout_s=request_timeout_s, truncate=truncate, graceful_timeout_s=graceful_timeout_s,
-        log_level=log_level, worker_process=worker_process, worker_timeout_s=worker_timeout_s,
+        log_level=log_level, worker_process=worker_process, worker_timeout_s=worker_timeout_s, drain_s=drain_s,
+        frontends=frontends, devices=[d.strip() for d in devices.split(",") if d.strip()] if devices else None,
     )
     result = serve(cfg)
     typer.echo(f"stopped after {result.uptime_s} s: {result.items} items in {result.batches} batches; "

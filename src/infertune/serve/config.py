@@ -43,6 +43,15 @@ class ServeConfig(BaseModel):
     request_timeout_s: float = Field(60.0, gt=0)
     truncate: bool = False  # False: reject over-length input with 400 (as OpenAI does)
     graceful_timeout_s: float = Field(60.0, gt=0)
+    drain_s: float = Field(2.0, ge=0, description=(
+        "after SIGTERM, /ready fails and new connections are still accepted for this long before the "
+        "graceful shutdown (Kubernetes: keep it below terminationGracePeriodSeconds minus the drain)"))
+    frontends: int | None = Field(None, ge=1, le=64, description=(
+        "HTTP/tokenizer processes sharing the port; more than one (or more than one device) runs the model "
+        "in engine processes. Default: 1 on CPU or with fewer than 8 cores, else min(8, cores/2) per GPU"))
+    devices: list[str] | None = Field(None, description=(
+        "cuda devices to serve on, one engine process each (e.g. ['cuda:0', 'cuda:1']); default: every "
+        "visible GPU when the device is cuda"))
     log_level: str = "warning"
     worker_process: bool = False  # run the model in a supervised child process, restarted when it dies
     worker_timeout_s: float = Field(60.0, gt=0, description="a forward pass the worker does not answer within "

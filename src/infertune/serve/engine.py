@@ -54,14 +54,18 @@ class Overloaded(Exception):
 @dataclass(eq=False)
 class Job:
     req: EmbeddingRequest
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop | None
+    future: asyncio.Future | None
     served_name: str
     t_submit: float = field(default_factory=time.perf_counter)
     out: np.ndarray | None = None
     remaining: int = 0
     tokens: int = 0
     done: bool = False  # answered (result, error, or given up by a timeout)
+    # set instead of loop/future by a caller outside asyncio (the engine process of serve/core.py): called
+    # once, from a stage thread, with (job, result, error)
+    callback: Callable[[Job, Any, BaseException | None], None] | None = None
+    tag: Any = None  # the caller's handle for this job
 
 
 @dataclass(eq=False)
@@ -74,8 +78,9 @@ class Item:
 
 class Engine:
     def __init__(self, embedder: Any, settings: Settings, metrics: Metrics, *, max_queue: int = 512,
-                 truncate: bool = False, fault: Callable[[list[Item]], None] | None = None):
+                 truncate: bool = False, fault: Callable[[list[Item]], None] | None = None, raw: bool = False):
         self.emb = embedder
+        self.raw = raw  # finished jobs get their float32 rows, not a rendered body (a frontend renders)
         self.s = settings
         self.m = metrics
         self.max_queue = max_queue
@@ -144,12 +149,22 @@ class Engine:
             self.inflight -= 1
             self.m.queue_depth.set(self.inflight)
 
-    def _finish(self, job: Job, result: bytes | None = None, error: BaseException | None = None) -> None:
+    def submit_nowait(self, req: EmbeddingRequest, callback: Callable[[Job, Any, BaseException | None], None],
+                      tag: Any = None) -> Job:
+        """Queue a request from any thread (no admission limit: the caller does admission); `callback`
+        gets the job's rows (raw engine) or body, or its error, from a stage thread."""
+        job = Job(req, None, None, "", callback=callback, tag=tag)
+        self._tok_q.put(job)
+        return job
+
+    def _finish(self, job: Job, result: Any = None, error: BaseException | None = None) -> None:
         with self._lock:
             if job.done:
                 return
             job.done = True
-        if error is not None:
+        if job.callback is not None:
+            job.callback(job, result, error)
+        elif error is not None:
             job.loop.call_soon_threadsafe(_set, job.future, None, error)
         else:
             job.loop.call_soon_threadsafe(_set, job.future, result, None)
@@ -190,18 +205,9 @@ class Engine:
                 rows = j.req.ids or []
             else:
                 rows = [next(all_ids) for _ in j.req.texts]
-                if not self.truncate:  # a row at the limit may have been cut: count it untruncated
-                    at_limit = [i for i, r in enumerate(rows) if len(r) >= limit]
-                    if at_limit:
-                        full = self.emb.count_tokens([j.req.texts[i] for i in at_limit])
-                        over = [(i, n) for i, n in zip(at_limit, full, strict=True) if n > limit]
-                        if over:
-                            i, n = over[0]
-                            self._finish(j, error=ApiError(
-                                400, f"input[{i}] has {n} tokens; this model's limit is {limit} tokens. Shorten "
-                                "it, or start the server with --truncate", param="input",
-                                code="context_length_exceeded"))
-                            continue
+                if not self.truncate and (err := over_limit(self.emb, j.req.texts, rows, limit)) is not None:
+                    self._finish(j, error=err)
+                    continue
             j.out = np.empty((len(rows), self.emb.spec.dim), dtype=np.float32)
             j.remaining = len(rows)
             j.tokens = sum(len(r) for r in rows)
@@ -309,13 +315,29 @@ class Engine:
                     j.out[it.index] = row
                     j.remaining -= 1
                     if j.remaining == 0:
-                        self._finish(j, result=render(j.out, j.req.encoding_format, j.served_name, j.tokens))
+                        self._finish(j, result=j.out if self.raw else
+                                     render(j.out, j.req.encoding_format, j.served_name, j.tokens))
             except Exception as e:  # noqa: BLE001
                 log.exception("post-processing failed")
                 for j in {id(it.job): it.job for it in items}.values():
                     self._finish(j, error=ApiError(500, f"post-processing failed: {type(e).__name__}: {e}",
                                                    type="server_error"))
             self.m.stage_seconds.labels("postprocess").observe(time.perf_counter() - t0)
+
+
+def over_limit(emb: Any, texts: list[str], rows: list[list[int]], limit: int) -> ApiError | None:
+    """The 400 for the first text longer than `limit` tokens (rows were tokenized with truncation, so a
+    row at the limit may have been cut: those are counted again untruncated), or None."""
+    at_limit = [i for i, r in enumerate(rows) if len(r) >= limit]
+    if not at_limit:
+        return None
+    full = emb.count_tokens([texts[i] for i in at_limit])
+    over = [(i, n) for i, n in zip(at_limit, full, strict=True) if n > limit]
+    if not over:
+        return None
+    i, n = over[0]
+    return ApiError(400, f"input[{i}] has {n} tokens; this model's limit is {limit} tokens. Shorten it, or "
+                    "start the server with --truncate", param="input", code="context_length_exceeded")
 
 
 def _set(fut: asyncio.Future, result: Any, error: BaseException | None) -> None:

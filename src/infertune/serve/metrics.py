@@ -1,9 +1,20 @@
 """Prometheus metrics for the server, on a registry of its own (several servers may share a process in
-tests). Exposed at GET /metrics in the text format by prometheus_client."""
+tests). Exposed at GET /metrics in the text format by prometheus_client.
+
+Multi-process serve (launcher.py) starts every process with PROMETHEUS_MULTIPROC_DIR set: prometheus_client
+then keeps each process's values in files there, and /metrics (any frontend) adds them up: counters and
+histograms summed over every process that ever ran, gauges over the live ones. Gauges read from a callback
+(queue sizes, worker memory) are copied into plain gauges once a second there, since the files cannot
+hold a callback.
+"""
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from collections.abc import Callable
+from typing import Any
 
 _LAT = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _ITEMS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -15,6 +26,9 @@ class Metrics:
     def __init__(self) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+        self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        self._watched: list[tuple[Any, Callable[[], float]]] = []
+        self._poller: threading.Thread | None = None
         self.registry = r = CollectorRegistry()
         self.requests = Counter("infertune_requests", "HTTP requests answered, by route and status",
                                 ["route", "status"], registry=r)
@@ -23,9 +37,9 @@ class Metrics:
         self.latency = Histogram("infertune_request_duration_seconds", "Time from request to response",
                                  ["route"], buckets=_LAT, registry=r)
         self.queue_depth = Gauge("infertune_queue_depth", "Embedding requests admitted and not yet answered",
-                                 registry=r)
+                                 registry=r, multiprocess_mode="livesum")
         self.stage_queue = Gauge("infertune_stage_queue_items", "Work waiting in front of each stage",
-                                 ["stage"], registry=r)
+                                 ["stage"], registry=r, multiprocess_mode="livesum")
         self.batch_items = Histogram("infertune_batch_size_items", "Items per forward pass", buckets=_ITEMS,
                                      registry=r)
         self.batch_tokens = Histogram("infertune_batch_padded_tokens", "Padded tokens per forward pass",
@@ -39,16 +53,21 @@ class Metrics:
         self.items = Counter("infertune_items", "Items embedded", registry=r)
         self.tokens = Counter("infertune_tokens", "Real (unpadded) tokens embedded", registry=r)
         self.batch_failures = Counter("infertune_batch_failures", "Forward passes that raised", registry=r)
-        self.ready = Gauge("infertune_ready", "1 when the model is loaded and warmed up", registry=r)
+        self.ready = Gauge("infertune_ready", "1 when the model is loaded and warmed up", registry=r,
+                           multiprocess_mode="livemax")
         # the supervised model worker (--worker-process); restarts stay 0 without it
         self.worker_restarts = Counter("infertune_worker_restarts", "Times the model worker process died and was "
                                        "restarted", registry=r)
         self.worker_up = Gauge("infertune_worker_up", "1 while a model worker process is loaded and answering",
-                               registry=r)
+                               registry=r, multiprocess_mode="livesum")
         self.worker_restart_seconds = Gauge("infertune_worker_restart_seconds", "How long the last worker "
-                                            "restart took (spawn, load, warm-up)", registry=r)
+                                            "restart took (spawn, load, warm-up)", registry=r,
+                                            multiprocess_mode="livemax")
         self.worker_rss = Gauge("infertune_worker_resident_memory_bytes", "Resident memory of the model worker "
-                                "process (0 when the model runs in the server process)", registry=r)
+                                "process (0 when the model runs in the server process)", registry=r,
+                                multiprocess_mode="livesum")
+        if self.multiprocess:
+            return
         try:  # process_resident_memory_bytes & co. of the server process (Linux)
             from prometheus_client import ProcessCollector
 
@@ -66,12 +85,36 @@ class Metrics:
             except psutil.Error:
                 return 0.0
 
-        self.worker_rss.set_function(rss)
+        self._watch(self.worker_rss, rss)
 
     def watch_queue(self, stage: str, size: Callable[[], float]) -> None:
-        self.stage_queue.labels(stage).set_function(size)
+        self._watch(self.stage_queue.labels(stage), size)
+
+    def _watch(self, gauge: Any, fn: Callable[[], float]) -> None:
+        if not self.multiprocess:
+            gauge.set_function(fn)
+            return
+        self._watched.append((gauge, fn))
+        if self._poller is None:
+            self._poller = threading.Thread(target=self._poll, name="infertune-metrics-poll", daemon=True)
+            self._poller.start()
+
+    def _poll(self) -> None:
+        while True:
+            for gauge, fn in list(self._watched):
+                try:
+                    gauge.set(fn())
+                except Exception:  # noqa: BLE001 - a gauge is not worth a crash
+                    pass
+            time.sleep(1.0)
 
     def exposition(self) -> bytes:
-        from prometheus_client import generate_latest
+        from prometheus_client import CollectorRegistry, generate_latest
 
-        return generate_latest(self.registry)
+        if not self.multiprocess:
+            return generate_latest(self.registry)
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        reg = CollectorRegistry()
+        MultiProcessCollector(reg)
+        return generate_latest(reg)

@@ -1,0 +1,107 @@
+"""A frontend process of multi-process `serve`: HTTP, validation, tokenization and rendering.
+
+Every frontend binds its own listening socket to the same port with SO_REUSEPORT (the kernel spreads new
+connections over them), runs the same FastAPI app as the single-process server, and talks to the engine
+processes through an `EngineClient`. The launcher tells it, over a pipe, when the engines are ready (with
+the tokenizer and the model's spec, so no frontend loads weights) and when one goes down or comes back.
+
+SIGTERM/SIGINT start the drain (app.draining_server): /ready fails, connections are still accepted for
+--drain-s, then everything accepted is answered and the process exits. The launcher forwards its own
+SIGTERM here; if the launcher dies (its pipe closes) the frontend stops the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import sys
+import threading
+from typing import Any
+
+
+def listen_reuseport(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    return sock
+
+
+def frontend_main(conn: Any, index: int, cfg_json: str, settings_json: str, served: list[str], port: int,
+                  run_dir: str, engines: int) -> None:
+    """The frontend process (a multiprocessing target)."""
+    import uvicorn
+
+    from infertune.serve.config import ServeConfig, Settings
+    from infertune.serve.http import State, create_app, draining_server
+    from infertune.serve.metrics import Metrics
+
+    cfg = ServeConfig.model_validate_json(cfg_json)
+    st = State(cfg, Settings.model_validate_json(settings_json), served, Metrics())
+    st.topology = {"mode": "processes", "frontend": index, "frontends": cfg.frontends, "engines": []}
+    sock = listen_reuseport(cfg.host, port)
+    server = draining_server(uvicorn.Config(
+        create_app(st), log_level=cfg.log_level, access_log=False, lifespan="on",
+        timeout_graceful_shutdown=cfg.graceful_timeout_s, timeout_keep_alive=30), st, cfg.drain_s)
+    st.server = server
+    loop_box: list[asyncio.AbstractEventLoop] = []
+    started = threading.Event()
+    orig_startup = server.startup
+
+    async def startup(sockets: Any = None) -> None:
+        loop_box.append(asyncio.get_running_loop())
+        started.set()
+        await orig_startup(sockets=sockets)
+
+    server.startup = startup  # type: ignore[method-assign]
+    threading.Thread(target=_control, args=(conn, st, server, loop_box, started, index, run_dir, engines),
+                     name="infertune-frontend-control", daemon=True).start()
+    for s in (signal.SIGTERM, signal.SIGINT):  # uvicorn re-raises the caught signal after its shutdown
+        signal.signal(s, lambda *_: None)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+        if st.engine is not None:
+            st.engine.close()
+
+
+def _control(conn: Any, st: Any, server: Any, loop_box: list, started: threading.Event, index: int,
+             run_dir: str, engines: int) -> None:
+    """Apply what the launcher says: engines ready (with the tokenizer), an engine down or up, drain."""
+    from infertune.backends.base import Embedder
+    from infertune.serve.engine_client import EngineClient
+
+    started.wait()
+    loop = loop_box[0]
+    try:
+        while True:
+            msg = conn.recv()
+            kind = msg[0]
+            if kind == "ready":
+                info = msg[1]
+                emb = Embedder(info["spec"], info["tokenizer"], "cpu")
+                emb.describe = lambda d=info["describe"]: d  # type: ignore[method-assign]
+                client = EngineClient(emb, index, run_dir, engines, st.metrics, max_queue=st.cfg.max_queue,
+                                      truncate=st.cfg.truncate)
+                asyncio.run_coroutine_threadsafe(client.start(), loop).result(30)
+                st.vocab_size = info["vocab_size"]
+                st.embedder, st.load_s = emb, info["load_s"]
+                st.engine = client
+                st.metrics.ready.set(1)
+            elif kind == "engines":
+                st.topology = {**st.topology, "engines": msg[1], "up": any(e["up"] for e in msg[1]),
+                               "restarts": sum(e["restarts"] for e in msg[1])}
+                if st.engine is not None:
+                    for i, e in enumerate(msg[1]):
+                        loop.call_soon_threadsafe(st.engine.set_engine, i, e["up"], e.get("last_exit") or "")
+            elif kind == "load_error":
+                st.load_error = RuntimeError(msg[1])
+            elif kind == "drain":
+                server.drain()
+    except (EOFError, OSError):  # the launcher is gone: stop the way SIGTERM does
+        print(f"frontend {index}: the launcher went away; draining", file=sys.stderr, flush=True)
+        server.drain()

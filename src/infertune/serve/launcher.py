@@ -1,0 +1,330 @@
+"""Multi-process `serve`: N frontend processes share the port, one engine process per device owns the model.
+
+    clients --HTTP--> frontend 0..N-1 (SO_REUSEPORT)  --ZeroMQ, token ids-->  engine 0..M-1 (one per GPU)
+                      HTTP, JSON, tokenize, render    <--ZeroMQ, float32 rows--  batching + forward
+
+This process (the launcher) reserves the port, starts the frontends first (so /health answers at once)
+and the engines beside them, then supervises both: an engine that dies is restarted with back-off while
+the frontends fail its outstanding requests with 503 and route new ones to the others; a frontend that
+dies is restarted on the same port. Metrics are written by every process into one directory
+(prometheus_client's multiprocess mode) and any frontend's /metrics adds them up.
+
+SIGTERM/SIGINT: every frontend drains (/ready 503, still accepting for --drain-s, then answers what it
+accepted and exits); only then are the engines stopped (each finishes what it took), and the launcher exits 0.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+from infertune.errors import InfertuneError
+from infertune.serve.config import ServeConfig, ServeResult, Settings
+from infertune.serve.supervisor import _describe_exit
+
+MP_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def default_frontends(device: str, gpus: int) -> int:
+    """One on CPU (the cores belong to the model); on GPUs half the cores, at most 8 per GPU."""
+    if device == "cpu":
+        return 1
+    return max(1, min(8 * max(1, gpus), (os.cpu_count() or 2) // 2))
+
+
+def cuda_devices(cfg: ServeConfig) -> list[str]:
+    if cfg.devices:
+        return [d if d.startswith("cuda") else f"cuda:{d}" for d in cfg.devices]
+    import torch
+
+    n = torch.cuda.device_count()
+    if n == 0:
+        raise InfertuneError("--device cuda, but no GPU is visible (CUDA_VISIBLE_DEVICES, the driver, or the "
+                             "container's GPU access); `infertune doctor` says which")
+    return [f"cuda:{i}" for i in range(n)]
+
+
+def wants_processes(cfg: ServeConfig, device: str) -> tuple[bool, list[str], int]:
+    """(multi-process?, devices, frontends) for this config."""
+    devices = cuda_devices(cfg) if device == "cuda" else ["cpu"]
+    frontends = cfg.frontends or default_frontends(device, len(devices))
+    return frontends > 1 or len(devices) > 1, devices, frontends
+
+
+class _Spawner:
+    """Starts children with the metrics directory in their environment (and only theirs)."""
+
+    def __init__(self, mp_dir: str):
+        self.ctx = mp.get_context("spawn")
+        self.mp_dir = mp_dir
+        self.lock = threading.Lock()
+
+    def start(self, target: Any, args: tuple, name: str) -> Any:
+        with self.lock:
+            old = os.environ.get(MP_ENV)
+            os.environ[MP_ENV] = self.mp_dir
+            try:
+                proc = self.ctx.Process(target=target, args=args, name=name, daemon=False)
+                proc.start()
+            finally:
+                if old is None:
+                    os.environ.pop(MP_ENV, None)
+                else:
+                    os.environ[MP_ENV] = old
+        return proc
+
+
+class Launcher:
+    def __init__(self, cfg: ServeConfig, settings: Settings, served: list[str], devices: list[str],
+                 frontends: int, warmup: list[str]):
+        self.cfg, self.settings, self.served, self.devices = cfg.model_copy(update={"frontends": frontends}), \
+            settings, served, devices
+        self.n_frontends = frontends
+        self.warmup = warmup
+        self.run_dir = tempfile.mkdtemp(prefix="infertune-serve-")
+        self.mp_dir = os.path.join(self.run_dir, "metrics")
+        os.mkdir(self.mp_dir)
+        self.spawner = _Spawner(self.mp_dir)
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.closing = False
+        self.info: dict[str, Any] | None = None
+        self.load_error: str | None = None
+        self.engines: list[dict[str, Any]] = [{"device": d, "pid": None, "up": False, "restarts": 0,
+                                               "last_exit": None} for d in devices]
+        self.engine_procs: list[Any] = [None] * len(devices)
+        self.engine_conns: list[Any] = [None] * len(devices)
+        self.fe_procs: list[Any] = [None] * frontends
+        self.fe_conns: list[Any] = [None] * frontends
+        self.port = 0
+
+    # --- frontends --------------------------------------------------------------------------------------
+    def _start_frontend(self, i: int) -> None:
+        from infertune.serve.frontend import frontend_main
+
+        parent, child = self.spawner.ctx.Pipe()
+        proc = self.spawner.start(frontend_main, (child, i, self.cfg.model_dump_json(),
+                                                  self.settings.model_dump_json(), self.served, self.port,
+                                                  self.run_dir, len(self.devices)), f"infertune-frontend-{i}")
+        child.close()
+        with self.lock:
+            self.fe_procs[i], self.fe_conns[i] = proc, parent
+            if self.info is not None:
+                self._send(i, ("ready", self.info))
+            if self.load_error is not None:
+                self._send(i, ("load_error", self.load_error))
+            self._send(i, ("engines", self.engines))
+
+    def _send(self, i: int, msg: Any) -> None:
+        try:
+            self.fe_conns[i].send(msg)
+        except (OSError, ValueError):
+            pass  # that frontend is gone: the monitor restarts it and sends it the state again
+
+    def _broadcast(self, msg: Any) -> None:
+        with self.lock:
+            for i in range(self.n_frontends):
+                if self.fe_conns[i] is not None:
+                    self._send(i, msg)
+
+    # --- engines ------------------------------------------------------------------------------------------
+    def _spawn_engine(self, i: int) -> dict[str, Any]:
+        from infertune.serve.core import engine_main
+
+        parent, child = self.spawner.ctx.Pipe()
+        e = self.engines[i]
+        proc = self.spawner.start(engine_main, (child, i, self.cfg.model, e["device"], self.settings.threads,
+                                                self.warmup, self.run_dir, self.settings.model_dump(),
+                                                e["restarts"]), f"infertune-engine-{i}")
+        child.close()
+        while not parent.poll(0.2):
+            if not proc.is_alive():
+                proc.join(5)
+                raise RuntimeError(f"engine {i} ({e['device']}) {_describe_exit(proc.exitcode)} while loading")
+            if self.closing:
+                proc.kill()
+                raise RuntimeError("stopping")
+        try:
+            kind, info = parent.recv()
+        except (EOFError, OSError):
+            proc.join(5)
+            raise RuntimeError(f"engine {i} {_describe_exit(proc.exitcode)} while loading") from None
+        if kind != "ready":
+            proc.join(5)
+            raise RuntimeError(f"engine {i} ({e['device']}) could not load the model: {info}")
+        self.engine_procs[i], self.engine_conns[i] = proc, parent
+        return info
+
+    def _run_engine(self, i: int) -> None:
+        """Start engine i, then keep it running: restart it with back-off whenever it dies."""
+        from multiprocessing.connection import wait
+
+        e = self.engines[i]
+        backoff, first = 1.0, True
+        while not self.closing:
+            t0 = time.perf_counter()
+            try:
+                info = self._spawn_engine(i)
+            except Exception as ex:  # noqa: BLE001
+                if self.closing:
+                    return
+                if first and self.info is None:  # nothing ever loaded: the model itself is the problem
+                    self.load_error = str(ex)
+                    self._broadcast(("load_error", self.load_error))
+                    self.stop.set()
+                    return
+                print(f"engine {i} restart failed: {ex}; retrying in {backoff:g} s", file=sys.stderr, flush=True)
+                time.sleep(backoff)
+                backoff = min(30.0, backoff * 2)
+                continue
+            backoff = 1.0
+            with self.lock:
+                e.update(pid=info["pid"], up=True)
+                if not first:
+                    e["last_restart_s"] = round(time.perf_counter() - t0, 2)
+                if self.info is None:
+                    self.info = info
+                    for k in range(self.n_frontends):
+                        if self.fe_conns[k] is not None:
+                            self._send(k, ("ready", info))
+                    print(f"ready: {self.served[0]} loaded and warmed up in {info['load_s']} s on "
+                          f"{len(self.devices)} engine(s)", file=sys.stderr, flush=True)
+            if not first:
+                print(f"engine {i} restarted (pid {info['pid']}) in {e['last_restart_s']} s", file=sys.stderr,
+                      flush=True)
+            self._broadcast(("engines", self.engines))
+            first = False
+            proc = self.engine_procs[i]
+            wait([proc.sentinel])
+            if self.closing:
+                return
+            proc.join(5)
+            from prometheus_client import multiprocess
+
+            multiprocess.mark_process_dead(proc.pid, self.mp_dir)
+            with self.lock:
+                e.update(up=False, restarts=e["restarts"] + 1, last_exit=_describe_exit(proc.exitcode), pid=None)
+            print(f"engine {i} (pid {proc.pid}) {e['last_exit']}; restarting it (restart {e['restarts']})",
+                  file=sys.stderr, flush=True)
+            self._broadcast(("engines", self.engines))
+
+    # --- the whole server -----------------------------------------------------------------------------------
+    def run(self) -> ServeResult:
+        reserve = _reserve(self.cfg.host, self.cfg.port)
+        self.port = reserve.getsockname()[1]
+        host = self.cfg.host
+        url = f"http://{host if ':' not in host else f'[{host}]'}:{self.port}"
+        print(f"listening on {url} (model {self.served[0]!r}, loading...): {self.n_frontends} frontend "
+              f"process(es) (HTTP, tokenization), {len(self.devices)} engine process(es) on "
+              f"{', '.join(self.devices)}; batching {self.settings.batch_tokens} padded tokens, growing to "
+              f"{self.settings.max_batch_tokens}, <= {self.settings.max_batch_items} items, max wait "
+              f"{self.settings.max_wait_ms} ms", file=sys.stderr, flush=True)
+        main = threading.current_thread() is threading.main_thread()
+        old = {s: signal.signal(s, lambda *_: self.stop.set()) for s in (signal.SIGTERM, signal.SIGINT)} \
+            if main else {}
+        t0 = time.perf_counter()
+        engine_threads = []
+        try:
+            for i in range(self.n_frontends):
+                self._start_frontend(i)
+            for i in range(len(self.devices)):
+                th = threading.Thread(target=self._run_engine, args=(i,), name=f"infertune-engine-{i}",
+                                      daemon=True)
+                th.start()
+                engine_threads.append(th)
+            while not self.stop.wait(0.5):
+                self._restart_dead_frontends()
+        finally:
+            self._shutdown(engine_threads)
+            for s, h in old.items():
+                signal.signal(s, h)
+            reserve.close()
+        counts, items, batches = _totals(self.mp_dir)
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        if self.load_error is not None and self.info is None:
+            raise InfertuneError(f"could not load {self.cfg.model}: {self.load_error}")
+        return ServeResult(model=self.served[0], url=url, settings=self.settings,
+                           load_s=(self.info or {}).get("load_s"), uptime_s=round(time.perf_counter() - t0, 2),
+                           requests=counts, items=items, batches=batches, exit_reason="signal")
+
+    def _restart_dead_frontends(self) -> None:
+        for i, proc in enumerate(self.fe_procs):
+            if proc is not None and not proc.is_alive() and not self.stop.is_set():
+                from prometheus_client import multiprocess
+
+                multiprocess.mark_process_dead(proc.pid, self.mp_dir)
+                print(f"frontend {i} (pid {proc.pid}) {_describe_exit(proc.exitcode)}; restarting it",
+                      file=sys.stderr, flush=True)
+                self._start_frontend(i)
+
+    def _shutdown(self, engine_threads: list[threading.Thread]) -> None:
+        """Frontends drain and exit first; then the engines finish what they took and stop."""
+        self._broadcast(("drain",))
+        deadline = time.monotonic() + self.cfg.drain_s + self.cfg.graceful_timeout_s + 10
+        for proc in self.fe_procs:
+            if proc is not None:
+                proc.join(max(0.1, deadline - time.monotonic()))
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join(5)
+        self.closing = True
+        for conn in self.engine_conns:
+            if conn is not None:
+                try:
+                    conn.send(None)
+                except (OSError, ValueError):
+                    pass
+        for proc in self.engine_procs:
+            if proc is not None:
+                proc.join(30)
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join(5)
+        for th in engine_threads:
+            th.join(5)
+
+
+def _reserve(host: str, port: int) -> socket.socket:
+    """Bind (without listening) so the port is ours and known; frontends bind it too, with SO_REUSEPORT."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise InfertuneError(f"cannot listen on {host}:{port}: {e.strerror}; pick another --port "
+                             "(or --port 0 for any free one)") from None
+    return sock
+
+
+def _totals(mp_dir: str) -> tuple[dict[str, int], int, int]:
+    """Requests by status, items and batches, added up over every process that wrote metrics."""
+    try:
+        from prometheus_client import CollectorRegistry
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        reg = CollectorRegistry()
+        MultiProcessCollector(reg, path=mp_dir)
+        counts: dict[str, int] = {}
+        items = batches = 0
+        for metric in reg.collect():
+            for s in metric.samples:
+                if s.name == "infertune_requests_total":
+                    counts[s.labels["status"]] = counts.get(s.labels["status"], 0) + int(s.value)
+                elif s.name == "infertune_items_total":
+                    items += int(s.value)
+                elif s.name == "infertune_batch_size_items_count":
+                    batches += int(s.value)
+        return counts, items, batches
+    except Exception:  # noqa: BLE001 - a summary, not worth failing the exit for
+        return {}, 0, 0

@@ -1,0 +1,122 @@
+"""`infertune serve --frontends 2`: two frontend processes share the port (SO_REUSEPORT) and one engine
+process owns the model. Over real sockets: both frontends answer, identically; /metrics on any frontend
+counts the requests of every frontend; 500 requests sent at once and then SIGTERM are all answered (no
+connection reset) and the server exits 0; a killed engine fails only its outstanding requests (503) and is
+restarted. Fake backend: no torch, a fixed forward cost, so this holds on a busy 2-core box."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from collections import Counter
+
+import httpx
+from serve_helpers import embed, metric
+
+
+def _post_new_connection(url: str, text: str) -> httpx.Response:
+    with httpx.Client(base_url=url, timeout=30) as c:  # a fresh connection each time: a new 4-tuple to hash
+        return c.post("/v1/embeddings", json={"model": "fake", "input": [text]})
+
+
+def test_frontends_share_the_port_and_metrics_add_up(fake_server):
+    srv = fake_server("--frontends", "2", us_per_token=50)
+    ready = httpx.get(srv.url + "/ready", timeout=5).json()["worker"]
+    assert ready["mode"] == "processes" and ready["frontends"] == 2 and len(ready["engines"]) == 1
+    by_frontend: dict[str, list] = {}
+    n = 0
+    while n < 60 and len(by_frontend) < 2 or n < 12:
+        r = _post_new_connection(srv.url, "a b c d")
+        assert r.status_code == 200, r.text
+        by_frontend.setdefault(r.headers["x-infertune-frontend"], []).append(r.json()["data"][0]["embedding"])
+        n += 1
+    print(f"{n} requests on fresh connections, by frontend: { {k: len(v) for k, v in by_frontend.items()} }",
+          file=sys.stderr)
+    assert set(by_frontend) == {"0", "1"}, by_frontend.keys()
+    assert by_frontend["0"][0] == by_frontend["1"][0]  # same engine, same answer, whichever frontend
+    # every frontend's count shows up in /metrics, whichever frontend answers the scrape
+    for _ in range(4):
+        assert metric(srv.url, "infertune_requests_total", route="/v1/embeddings", status="200") == n
+    assert metric(srv.url, "infertune_items_total") == n
+
+
+async def _burst(port: int, n: int, body: bytes, sent: list) -> list[str]:
+    async def one() -> str:
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            w.write(b"POST /v1/embeddings HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+            await w.drain()
+            sent.append(1)
+            data = await r.read()
+            w.close()
+            return data.split(b" ", 2)[1].decode() if data else "closed without an answer"
+        except OSError as e:
+            return type(e).__name__
+
+    return await asyncio.gather(*(one() for _ in range(n)))
+
+
+def test_sigterm_with_500_requests_across_frontends_answers_all(fake_server):
+    n = 500
+    srv = fake_server("--frontends", "2", "--max-queue", "1024", us_per_token=40)
+    port = int(srv.url.rsplit(":", 1)[1])
+    body = b'{"model": "fake", "input": "a b c d e f g h"}'
+
+    async def main() -> list[str]:
+        sent: list = []
+        task = asyncio.ensure_future(_burst(port, n, body, sent))
+        while len(sent) < n and not task.done():
+            await asyncio.sleep(0.001)
+        srv.proc.send_signal(signal.SIGTERM)  # every request is written; most are not answered yet
+        return await task
+
+    t0 = time.monotonic()
+    got = Counter(asyncio.run(main()))
+    code = srv.proc.wait(60)
+    print(f"SIGTERM after {n} requests sent at once to 2 frontends: {dict(got)}, exit code {code}, "
+          f"{time.monotonic() - t0:.1f} s", file=sys.stderr)
+    assert got == {"200": n}
+    assert code == 0
+
+
+def test_killed_engine_fails_its_requests_and_is_restarted(fake_server):
+    srv = fake_server("--frontends", "2", us_per_token=2000)  # 400 tokens -> 0.8 s in forward
+    ok = embed(srv.url, ["a b c", "d e"], "fake")
+    assert ok.status_code == 200
+    eng = httpx.get(srv.url + "/ready", timeout=5).json()["worker"]["engines"][0]
+    assert eng["up"] and eng["restarts"] == 0
+    got: dict = {}
+
+    async def slow() -> None:
+        async with httpx.AsyncClient(timeout=30) as c:
+            t = time.perf_counter()
+            got["r"] = await c.post(srv.url + "/v1/embeddings", json={"model": "fake", "input": ["a " * 399]})
+            got["s"] = time.perf_counter() - t
+
+    async def main() -> None:
+        task = asyncio.ensure_future(slow())
+        await asyncio.sleep(0.4)  # inside the 0.8 s forward pass
+        os.kill(eng["pid"], signal.SIGKILL)
+        await task
+
+    asyncio.run(main())
+    r = got["r"]
+    assert r.status_code == 503, r.text
+    assert r.json()["error"]["code"] == "worker_unavailable" and r.headers["retry-after"] == "1"
+    assert got["s"] < 5  # failed when the engine died, not after a timeout
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        w = httpx.get(srv.url + "/ready", timeout=5)
+        if w.status_code == 200 and w.json()["worker"]["engines"][0]["pid"] not in (None, eng["pid"]):
+            break
+        time.sleep(0.1)
+    new = httpx.get(srv.url + "/ready", timeout=5).json()["worker"]["engines"][0]
+    assert new["up"] and new["restarts"] == 1 and new["last_exit"] == "killed by SIGKILL"
+    assert metric(srv.url, "infertune_worker_restarts_total") == 1
+    again = embed(srv.url, ["a b c", "d e"], "fake")
+    assert again.status_code == 200 and again.json()["data"] == ok.json()["data"]
+    assert srv.proc.poll() is None
