@@ -30,12 +30,16 @@ print("tune winner:", w.get("id"), "items/s", (w.get("throughput") or {}).get("i
 EOF
 fi
 DEVFLAG=""; [ "$DEV" = cuda ] && DEVFLAG="--device cuda --devices $DEVICES"
-$I serve $ART $DEVFLAG --frontends $FE --truncate --port 8000 --max-queue 4096 2> "$OUT/serve.log" &
+$I serve $ART $DEVFLAG --frontends $FE --truncate --port 8000 --max-queue 4096 ${EXTRA_SERVE:-} 2> "$OUT/serve.log" &
 SRV=$!
 for _ in $(seq 1 240); do curl -sf localhost:8000/ready > /dev/null && break; sleep 1; done
 curl -s localhost:8000/ready | head -c 400; echo
-$I bench http://127.0.0.1:8000 --concurrency 256 --duration $S --warmup 3 --out "$OUT/bench_c256" 2>&1 | tail -6
-$I bench http://127.0.0.1:8000 --inputs-per-request 32 --concurrency 32 --duration $S --warmup 3 --out "$OUT/bench_b32" 2>&1 | tail -6
+for point in "c256:--concurrency 256" "b32:--inputs-per-request 32 --concurrency 32"; do
+  name=${point%%:*}; mkdir -p /tmp/bench_$name "$OUT/bench_$name"
+  $I bench http://127.0.0.1:8000 ${point#*:} --workers 4 --duration $S --warmup 3 --out /tmp/bench_$name 2>&1 | tail -3
+  cp /tmp/bench_$name/bench.json "$OUT/bench_$name/"   # only the JSON comes back (a file-count limit)
+  curl -s localhost:8000/metrics | grep -v "^#" > "$OUT/bench_$name/metrics_after.txt"
+done
 kill -TERM $SRV; wait $SRV; echo "serve exit $?"; tail -3 "$OUT/serve.log"
 CUDA_VISIBLE_DEVICES=${DEVICES%%,*} $I serve $ART ${DEV:+--device $DEV} --ceiling --json > "$OUT/ceiling.json"
 $PY - "$OUT" "$FE" "$DEVICES" <<'EOF'

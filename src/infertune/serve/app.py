@@ -176,7 +176,7 @@ def serve(config: ServeConfig) -> ServeResult:
           file=sys.stderr, flush=True)
     server = draining_server(uvicorn.Config(
         create_app(st), log_level=config.log_level, access_log=False, lifespan="on",
-        timeout_graceful_shutdown=config.graceful_timeout_s, timeout_keep_alive=30), st, config.drain_s)
+        timeout_graceful_shutdown=config.graceful_timeout_s, timeout_keep_alive=30, proxy_headers=False), st, config.drain_s)
     st.server = server
     loader = threading.Thread(target=_load, args=(st,), name="infertune-load", daemon=True)
     # uvicorn re-raises the caught SIGTERM/SIGINT after its graceful shutdown; no-op handlers make that

@@ -2,10 +2,8 @@
 
 It loads and warms the model, reports ("ready", info) to the launcher over a pipe (the info carries the
 tokenizer, so frontends never load weights), then takes tokenized requests from every frontend on one
-ZeroMQ PULL socket and feeds them to the same `Engine` the single-process server runs (batcher, forward,
-post-process threads), raw: finished requests go back as float32 rows, and the frontend that sent them
-renders the JSON. A sender thread owns the PUSH sockets back to the frontends (ZeroMQ sockets are not
-thread-safe) and sends every request finished since its last send in one message per frontend.
+ZeroMQ PULL socket into `batch_core.BatchCore`: one thread that gathers a window of requests, runs its
+batches and sends each frontend its finished requests as float32 rows (the frontend renders the JSON).
 
 The launcher stops an engine by sending None on the pipe (or closing it): the engine answers everything it
 took, then exits. SIGINT/SIGTERM are ignored here: a Ctrl-C reaches the whole process group, and the
@@ -16,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import signal
 import sys
 import threading
@@ -44,7 +41,6 @@ def engine_main(conn: Any, index: int, model: str, device: str, threads: int | N
         import zmq
 
         from infertune.serve.config import Settings
-        from infertune.serve.engine import Engine
         from infertune.serve.metrics import Metrics
         from infertune.serve.transport import engine_addr
 
@@ -63,9 +59,11 @@ def engine_main(conn: Any, index: int, model: str, device: str, threads: int | N
         metrics = Metrics()
         if restarts:
             metrics.worker_restarts.inc()
-        engine = Engine(emb, Settings(**settings), metrics, max_queue=1 << 20, truncate=True, raw=True)
-        engine.warmup(warmup)
-        engine.start()
+        warm = sorted(emb.token_ids(warmup), key=len)
+        for rows in (warm[:4], warm[-2:], warm[:1]):
+            emb.postprocess(emb.forward(emb.collate(rows)))
+        emb.synchronize()
+        settings = Settings(**settings)
         ctx = zmq.Context()
         pull = ctx.socket(zmq.PULL)
         pull.setsockopt(zmq.LINGER, 0)
@@ -88,47 +86,26 @@ def engine_main(conn: Any, index: int, model: str, device: str, threads: int | N
         except (OSError, ValueError):
             pass
         return
-    _serve_loop(conn, ctx, pull, engine, run_dir)
+    _serve_loop(conn, ctx, pull, emb, settings, metrics, run_dir)
 
 
-def _serve_loop(conn: Any, ctx: Any, pull: Any, engine: Any, run_dir: str) -> None:
+def _serve_loop(conn: Any, ctx: Any, pull: Any, emb: Any, settings: Any, metrics: Any, run_dir: str) -> None:
     import zmq
 
-    from infertune.serve.schema import EmbeddingRequest
-    from infertune.serve.transport import frontend_addr, pack_results, unpack_requests
+    from infertune.serve.batch_core import BatchCore
+    from infertune.serve.transport import frontend_addr
 
-    out: queue.SimpleQueue = queue.SimpleQueue()
+    socks: dict[int, Any] = {}
     stop = threading.Event()
 
-    def done(job: Any, result: Any, error: BaseException | None) -> None:
-        out.put((job.tag, result, None if error is None else _error(error)))
-
-    def send_loop() -> None:
-        socks: dict[int, Any] = {}
-        while (first := out.get()) is not None:
-            got = [first]
-            while True:
-                try:
-                    nxt = out.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    out.put(None)
-                    break
-                got.append(nxt)
-            by_fe: dict[int, list] = {}
-            for (fe, rid), rows, err in got:
-                by_fe.setdefault(fe, []).append((rid, rows, err))
-            for fe, res in by_fe.items():
-                sock = socks.get(fe)
-                if sock is None:
-                    sock = socks[fe] = ctx.socket(zmq.PUSH)
-                    sock.setsockopt(zmq.LINGER, 1000)
-                    sock.setsockopt(zmq.SNDHWM, 0)
-                    sock.connect(frontend_addr(run_dir, fe))
-                sock.send_multipart(pack_results(res), copy=False)
-        for s in socks.values():
-            s.close()
+    def send(fe: int, frames: list[bytes]) -> None:
+        sock = socks.get(fe)
+        if sock is None:
+            sock = socks[fe] = ctx.socket(zmq.PUSH)
+            sock.setsockopt(zmq.LINGER, 1000)
+            sock.setsockopt(zmq.SNDHWM, 0)
+            sock.connect(frontend_addr(run_dir, fe))
+        sock.send_multipart(frames, copy=False)
 
     def watch_launcher() -> None:
         try:
@@ -138,22 +115,12 @@ def _serve_loop(conn: Any, ctx: Any, pull: Any, engine: Any, run_dir: str) -> No
             pass
         stop.set()
 
-    sender = threading.Thread(target=send_loop, name="infertune-engine-send", daemon=True)
-    sender.start()
     threading.Thread(target=watch_launcher, name="infertune-engine-control", daemon=True).start()
-    while not stop.is_set():
-        if not pull.poll(100):
-            continue
-        try:
-            fe, reqs = unpack_requests(pull.recv_multipart())
-        except Exception:  # noqa: BLE001 - a malformed message is logged, the engine goes on
-            log.exception("could not read a message from a frontend")
-            continue
-        for rid, rows in reqs:
-            engine.submit_nowait(EmbeddingRequest(None, rows, "", "float"), done, tag=(fe, rid))
-    engine.stop()  # answers everything already taken
-    out.put(None)
-    sender.join(10)
+    core = BatchCore(emb, settings, metrics, pull, send)
+    metrics.watch_queue("batch", lambda: float(sum(len(c.lens) for c in list(core.pending))))
+    core.loop(stop)
+    for s in socks.values():
+        s.close()
     pull.close()
     ctx.term()
     sys.stdout.flush()

@@ -49,6 +49,7 @@ class EngineClient:
         self._push: list[Any] = []
         self._pull: Any = None
         self._reader: asyncio.Task | None = None
+        metrics.watch_gauge(metrics.queue_depth, lambda: float(self.inflight))  # read, not written per request
 
     async def start(self) -> EngineClient:
         import zmq
@@ -100,12 +101,10 @@ class EngineClient:
         if self.inflight >= self.max_queue:
             raise Overloaded()
         self.inflight += 1
-        self.m.queue_depth.inc()
         try:
             return await self._submit(req, served_name, timeout_s)
         finally:
             self.inflight -= 1
-            self.m.queue_depth.dec()
 
     async def _submit(self, req: EmbeddingRequest, served_name: str, timeout_s: float) -> bytes:
         big = req.n >= THREAD_TEXTS

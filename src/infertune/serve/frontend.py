@@ -33,6 +33,11 @@ def listen_reuseport(host: str, port: int) -> socket.socket:
 def frontend_main(conn: Any, index: int, cfg_json: str, settings_json: str, served: list[str], port: int,
                   run_dir: str, engines: int) -> None:
     """The frontend process (a multiprocessing target)."""
+    import os
+
+    # N frontends each with a tokenizer thread pool the size of the machine oversubscribe the cores;
+    # a frontend tokenizes one request's texts at a time, and the frontends are the parallelism
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import uvicorn
 
     from infertune.serve.config import ServeConfig, Settings
@@ -45,7 +50,7 @@ def frontend_main(conn: Any, index: int, cfg_json: str, settings_json: str, serv
     sock = listen_reuseport(cfg.host, port)
     server = draining_server(uvicorn.Config(
         create_app(st), log_level=cfg.log_level, access_log=False, lifespan="on",
-        timeout_graceful_shutdown=cfg.graceful_timeout_s, timeout_keep_alive=30), st, cfg.drain_s)
+        timeout_graceful_shutdown=cfg.graceful_timeout_s, timeout_keep_alive=30, proxy_headers=False), st, cfg.drain_s)
     st.server = server
     loop_box: list[asyncio.AbstractEventLoop] = []
     started = threading.Event()

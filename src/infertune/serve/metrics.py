@@ -90,6 +90,9 @@ class Metrics:
     def watch_queue(self, stage: str, size: Callable[[], float]) -> None:
         self._watch(self.stage_queue.labels(stage), size)
 
+    def watch_gauge(self, gauge: Any, fn: Callable[[], float]) -> None:
+        self._watch(gauge, fn)
+
     def _watch(self, gauge: Any, fn: Callable[[], float]) -> None:
         if not self.multiprocess:
             gauge.set_function(fn)

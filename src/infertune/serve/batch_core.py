@@ -1,0 +1,177 @@
+"""The batching loop of an engine process (multi-process serve), in arrays rather than per-item objects.
+
+One thread does everything, so nothing waits on a lock or hands work to another thread under the GIL:
+drain the frontends' messages from the PULL socket (each a block of requests: row lengths and token ids
+as int32 arrays), gather a window, run it, send the answers. Per request the cost is a tuple in a
+header; per item, a slot in numpy arrays.
+
+A window is whole requests taken in arrival order: it closes when the ready rows fill one grown token
+budget (rows x longest >= max_batch_tokens) or the item cap, or when the oldest waited `max_wait_ms`.
+Its rows are length-sorted and packed under the token budget (`batching.plan_batches`, lengths rounded
+up to a multiple of 8 as in the single-process engine), each batch is collated with numpy indexing
+(no per-row loop) and runs forward -> normalise. A batch that raises fails only the requests with a row
+in it. When the window is done, every frontend gets one message with all its finished requests.
+While a window runs, new requests queue in ZeroMQ; the next window takes them all.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+from typing import Any
+
+import numpy as np
+
+from infertune.batching import plan_batches
+from infertune.config import Batching
+
+log = logging.getLogger("infertune.serve")
+PAD_MULTIPLE = 8
+
+
+class Chunk:
+    """One frontend message: requests (ids, row counts) with their rows' lengths and token ids."""
+
+    __slots__ = ("fe", "rids", "nrows", "lens", "flat", "t")
+
+    def __init__(self, frames: list[Any]):
+        self.fe, heads = pickle.loads(frames[0])
+        self.rids = [r for r, _ in heads]
+        self.nrows = np.fromiter((n for _, n in heads), dtype=np.int64, count=len(heads))
+        self.lens = np.frombuffer(frames[1], dtype=np.int32)
+        self.flat = np.frombuffer(frames[2], dtype=np.int32)
+        self.t = time.perf_counter()
+
+
+class BatchCore:
+    def __init__(self, emb: Any, settings: Any, metrics: Any, pull: Any, send: Any):
+        self.emb, self.s, self.m, self.pull, self.send = emb, settings, metrics, pull, send
+        grown = max(settings.max_batch_tokens, settings.batch_tokens)
+        self.policy = Batching(kind="tokens", size=settings.batch_tokens, max_items=settings.max_batch_items)
+        self.grown = Batching(kind="tokens", size=grown, max_items=settings.max_batch_items)
+        self.window_rows = max(settings.max_batch_items, 1)
+        self.pending: list[Chunk] = []
+        self.pad_id = int(emb.pad_id)
+        self.types = bool(getattr(emb, "needs_token_types", False))
+        self.batches = 0
+
+    # --- intake ------------------------------------------------------------------------------------------
+    def _drain(self, timeout_ms: float) -> None:
+        import zmq
+
+        if not self.pull.poll(max(0, int(timeout_ms))):
+            return
+        while True:
+            try:
+                frames = self.pull.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                self.pending.append(Chunk(frames))
+            except Exception:  # noqa: BLE001 - a malformed message is logged; the engine goes on
+                log.exception("could not read a message from a frontend")
+
+    def _window(self, stop: Any) -> list[Chunk] | None:
+        """Block for work, then gather until the window is full or the oldest item waited max_wait_ms."""
+        while not self.pending:
+            if stop.is_set():
+                return None
+            self._drain(100)
+        deadline = self.pending[0].t + self.s.max_wait_ms / 1000
+        while True:
+            rows = sum(len(c.lens) for c in self.pending)
+            longest = max(int(c.lens.max()) for c in self.pending if len(c.lens))
+            if rows * longest >= self.grown.size or rows >= self.window_rows:
+                break
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                break
+            self._drain(left * 1000)
+        self._drain(0)
+        taken, rows = [], 0
+        while self.pending and (not taken or rows < 4 * self.window_rows):
+            c = self.pending.pop(0)
+            taken.append(c)
+            rows += len(c.lens)
+        return taken
+
+    # --- one window ------------------------------------------------------------------------------------------
+    def run_window(self, chunks: list[Chunk]) -> None:
+        now = time.perf_counter()
+        for c in chunks:
+            self.m.stage_seconds.labels("queue").observe(now - c.t)
+        lens = np.concatenate([c.lens for c in chunks]).astype(np.int64)
+        flat = np.concatenate([c.flat for c in chunks])
+        starts = np.cumsum(lens) - lens
+        padded = -(-lens // PAD_MULTIPLE) * PAD_MULTIPLE
+        out = np.empty((len(lens), self.emb.spec.dim), dtype=np.float32)
+        failed = np.zeros(len(lens), dtype=bool)
+        err: tuple | None = None
+        plan = plan_batches(padded.tolist(), self.policy, self.s.max_padding)
+        if len(plan) > 1 and self.grown.size > self.policy.size:  # under load: fewer, larger batches
+            plan = plan_batches(padded.tolist(), self.grown, self.s.max_padding)
+        for b in plan:
+            idx = np.asarray(b, dtype=np.int64)
+            try:
+                batch = self._collate(idx, lens, starts, flat, int(padded[idx].max()))
+                t0 = time.perf_counter()
+                pooled = self.emb.forward(batch)
+                self.emb.synchronize()
+                self.m.stage_seconds.labels("forward").observe(time.perf_counter() - t0)
+                out[idx] = self.emb.postprocess(pooled)
+            except Exception as e:  # noqa: BLE001 - this batch's requests fail, the engine goes on
+                log.exception("forward pass failed")
+                self.m.batch_failures.inc()
+                failed[idx] = True
+                err = (500, f"the batch holding this request failed: {type(e).__name__}: {e}", "server_error", None)
+                continue
+            real = int(lens[idx].sum())
+            ptok = batch["input_ids"].size
+            self.m.batch_items.observe(len(idx))
+            self.m.batch_tokens.observe(ptok)
+            self.m.padding.observe(ptok / max(1, real))
+            self.m.items.inc(len(idx))
+            self.m.tokens.inc(real)
+            self.batches += 1
+        self._answer(chunks, out, failed, err)
+
+    def _collate(self, idx: np.ndarray, lens: np.ndarray, starts: np.ndarray, flat: np.ndarray,
+                 width: int) -> dict[str, np.ndarray]:
+        bl = lens[idx]
+        mask = np.arange(width)[None, :] < bl[:, None]
+        total = int(bl.sum())
+        # source position of every real token, row by row: the row's start plus 0..len-1
+        offs = np.repeat(starts[idx] - (np.cumsum(bl) - bl), bl) + np.arange(total)
+        ids = np.full((len(idx), width), self.pad_id, dtype=np.int64)
+        ids[mask] = flat[offs]
+        batch = {"input_ids": ids, "attention_mask": mask.astype(np.int64)}
+        if self.types:
+            batch["token_type_ids"] = np.zeros_like(ids)
+        return batch
+
+    def _answer(self, chunks: list[Chunk], out: np.ndarray, failed: np.ndarray, err: tuple | None) -> None:
+        t0 = time.perf_counter()
+        by_fe: dict[int, tuple[list, list]] = {}
+        row = 0
+        for c in chunks:
+            heads, blocks = by_fe.setdefault(c.fe, ([], []))
+            for rid, n in zip(c.rids, c.nrows.tolist(), strict=True):
+                if err is not None and failed[row:row + n].any():
+                    heads.append((rid, None, err))
+                else:
+                    heads.append((rid, n, None))
+                    blocks.append((row, row + n))
+                row += n
+        for fe, (heads, blocks) in by_fe.items():
+            body = np.concatenate([out[a:b] for a, b in blocks]) if blocks else np.empty((0, out.shape[1]), np.float32)
+            self.send(fe, [pickle.dumps(heads, protocol=5), body.tobytes()])
+        self.m.stage_seconds.labels("postprocess").observe(time.perf_counter() - t0)
+
+    def loop(self, stop: Any) -> None:
+        """Run windows until `stop` is set and nothing is left."""
+        while (chunks := self._window(stop)) is not None:
+            try:
+                self.run_window(chunks)
+            except Exception:  # noqa: BLE001 - never let one window kill the engine
+                log.exception("a batch window failed")
