@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the lent H200(s): the product's own commands only. tune (quick) -> serve with N frontends ->
 # bench at 1 input/request c=256 and 32 inputs/request c=32 -> the forward-only ceiling, on the same texts.
-# Usage: serve_h200.sh [DEVICES] [FRONTENDS]   e.g. serve_h200.sh 0 8 ; serve_h200.sh 0,1 16
+# Usage: serve_h200.sh [DEVICE_SETS] [FRONTENDS]   e.g. serve_h200.sh 0 8 ; serve_h200.sh "0 0,1" (one serve per
+# set, side by side in one run; FRONTENDS empty = the product's default)
 # Env: SECONDS_PER_POINT (15), SKIP_TUNE=1 (serve the untuned fp32 model), DEVICE=cpu (a dry run here).
 set -uo pipefail
 if [ -d .whl ] && [ "${DEVICE:-cuda}" = cuda ]; then
@@ -15,7 +16,7 @@ else
 fi
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-DEV=${DEVICE:-cuda}; DEVICES=${1:-0}; FE=${2:-8}; S=${SECONDS_PER_POINT:-15}
+DEV=${DEVICE:-cuda}; SETS=${1:-0}; FE=${2:-}; S=${SECONDS_PER_POINT:-15}
 I="$PY -m infertune.cli.main"
 [ "$DEV" = cuda ] && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv
 nproc
@@ -26,33 +27,34 @@ if [ -z "${SKIP_TUNE:-}" ]; then
   $PY - "$OUT/tune.json" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1])); w = r.get("winner") or {}
-print("tune winner:", w.get("id"), "items/s", (w.get("throughput") or {}).get("items_per_s"), "x naive", r.get("speedup_vs_naive"))
+print("tune winner:", w.get("name"))
 EOF
 fi
+for DEVICES in $SETS; do
 DEVFLAG=""; [ "$DEV" = cuda ] && DEVFLAG="--device cuda --devices $DEVICES"
-$I serve $ART $DEVFLAG --frontends $FE --truncate --port 8000 --max-queue 4096 ${EXTRA_SERVE:-} 2> "$OUT/serve.log" &
+$I serve $ART $DEVFLAG ${FE:+--frontends $FE} --truncate --port 8000 --max-queue 4096 ${EXTRA_SERVE:-} 2> "$OUT/serve_${DEVICES//,/+}.log" &
 SRV=$!
 for _ in $(seq 1 240); do curl -sf localhost:8000/ready > /dev/null && break; sleep 1; done
-curl -s localhost:8000/ready | head -c 400; echo
+curl -s localhost:8000/ready | head -c 300; echo
 for point in "c256:--concurrency 256" "b32:--inputs-per-request 32 --concurrency 32"; do
-  name=${point%%:*}; mkdir -p /tmp/bench_$name "$OUT/bench_$name"
+  name=${point%%:*}_${DEVICES//,/+}; mkdir -p /tmp/bench_$name "$OUT/bench_$name"
   $I bench http://127.0.0.1:8000 ${point#*:} --workers 4 --duration $S --warmup 3 --out /tmp/bench_$name 2>&1 | tail -3
   cp /tmp/bench_$name/bench.json "$OUT/bench_$name/"   # only the JSON comes back (a file-count limit)
-  curl -s localhost:8000/metrics | grep -v "^#" > "$OUT/bench_$name/metrics_after.txt"
 done
-kill -TERM $SRV; wait $SRV; echo "serve exit $?"; tail -3 "$OUT/serve.log"
-CUDA_VISIBLE_DEVICES=${DEVICES%%,*} $I serve $ART ${DEV:+--device $DEV} --ceiling --json > "$OUT/ceiling.json"
-$PY - "$OUT" "$FE" "$DEVICES" <<'EOF'
+kill -TERM $SRV; wait $SRV; echo "serve exit $?"; tail -2 "$OUT/serve_${DEVICES//,/+}.log"
+done
+CUDA_VISIBLE_DEVICES=0 $I serve $ART ${DEV:+--device $DEV} --ceiling --json > "$OUT/ceiling.json"
+$PY - "$OUT" "$SETS" <<'EOF'
 import json, sys
-out, fe, devs = sys.argv[1:]
+out, sets = sys.argv[1], sys.argv[2].split()
 c = json.load(open(f"{out}/ceiling.json"))
 f = lambda v: "n/a" if v is None else f"{v:.1f}"
 print(f"\n| point | req/s | items/s | P50 ms | P99 ms | valid | vs ceiling |\n|---|---:|---:|---:|---:|---|---:|")
-for name, per in (("bench_c256", 1), ("bench_b32", 32)):
+for name, per, devs in [(f"bench_{k}_{d.replace(',', '+')}", p, d) for d in sets for k, p in (("c256", 1), ("b32", 32))]:
     b = json.load(open(f"{out}/{name}/bench.json"))
     for p in b["points"]:
         rps, lat = p["achieved_rps"], p["latency_ms"]
-        print(f"| {name} c={p['offered']['concurrency']} (devices {devs}, {fe} frontends) | {rps:,.0f} | {rps * per:,.0f} | "
+        print(f"| {name} c={p['offered']['concurrency']} (devices {devs}) | {rps:,.0f} | {rps * per:,.0f} | "
               f"{f(lat.get('p50'))} | {f(lat.get('p99'))} | {p['valid']} {p.get('invalid_reason', '')} | "
               f"{rps * per / c['items_per_s']:.0%} |")
 print(f"| forward-only ceiling (1 device, in-process) | | {c['items_per_s']:,.0f} (n={c['n']}, {c['min']:,.0f}-{c['max']:,.0f}) | | | | 100% |")

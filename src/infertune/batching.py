@@ -46,6 +46,56 @@ def plan_batches(lengths: Sequence[int], policy: Batching, max_padding: float | 
     return batches
 
 
+def fit_line(pairs: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """(a, b) of y = a + b * x, robust to outliers (Theil-Sen): batch time against padded tokens."""
+    import numpy as np
+
+    x = np.asarray([p[0] for p in pairs], dtype=float)
+    y = np.asarray([p[1] for p in pairs], dtype=float)
+    if len(x) < 2 or np.ptp(x) == 0:
+        return 0.0, float(np.median(y / np.maximum(x, 1)))
+    i, j = np.triu_indices(len(x), 1)
+    dx = x[j] - x[i]
+    keep = dx != 0
+    b = max(float(np.median((y[j] - y[i])[keep] / dx[keep])), 1e-12)
+    return float(np.median(y - b * x)), b
+
+
+def plan_by_cost(lengths: Sequence[int], policy: Batching, a: float, b: float) -> list[list[int]]:
+    """Batches that minimise the predicted time, sum over batches of a + b * padded tokens: items of equal
+    length form groups (longest first), and a dynamic program over the group boundaries (a few dozen
+    groups with lengths rounded to 8) decides where one more batch (a) costs less than the padding the
+    longer batch would add (b per token). Each batch is then cut to the token budget and item cap."""
+    n = len(lengths)
+    order = sorted(range(n), key=lambda i: (-lengths[i], i))
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and lengths[groups[-1][0]] == lengths[i]:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    k = len(groups)
+    count = [0] * (k + 1)
+    for g in range(k):
+        count[g + 1] = count[g] + len(groups[g])
+    best = [0.0] + [float("inf")] * k
+    cut = [0] * (k + 1)
+    for j in range(1, k + 1):
+        for i in range(j):
+            c = best[i] + a + b * max(1, lengths[groups[i][0]]) * (count[j] - count[i])
+            if c < best[j]:
+                best[j], cut[j] = c, i
+    segments: list[list[int]] = []
+    j = k
+    while j > 0:
+        segments.append([x for g in groups[cut[j]:j] for x in g])
+        j = cut[j]
+    out: list[list[int]] = []
+    for seg in reversed(segments):  # longest first, like plan_batches
+        out += [[seg[x] for x in sub] for sub in plan_batches([lengths[i] for i in seg], policy)]
+    return out
+
+
 def padded_tokens(lengths: Sequence[int], batches: list[list[int]]) -> int:
     return sum(len(b) * max(lengths[i] for i in b) for b in batches if b)
 

@@ -62,3 +62,58 @@ def test_candidate_ids_are_stable_and_hashable():
     c = Candidate(backend="torch-compile", precision="bf16", batching=Batching(kind="tokens", size=8192))
     assert c.id == "torch-compile/bf16/tokens-8192"
     assert hash(c) == hash(Candidate(backend="torch-compile", precision="bf16", batching=Batching(size=8192)))
+
+
+def _cost(plan, lengths, a, b):
+    return sum(a + b * len(x) * max(lengths[i] for i in x) for x in plan)
+
+
+def test_plan_by_cost_covers_every_item_once_and_respects_budget_and_cap():
+    import random
+
+    from infertune.batching import plan_by_cost
+    from infertune.config import Batching
+
+    rng = random.Random(0)
+    for _ in range(50):
+        lengths = [8 * rng.randint(1, 32) for _ in range(rng.randint(1, 300))]
+        policy = Batching(kind="tokens", size=rng.choice([512, 4096, 65536]), max_items=rng.choice([4, 64, 8192]))
+        plan = plan_by_cost(lengths, policy, rng.choice([0.0, 1e-3, 1e-2]), rng.choice([1e-9, 1e-7, 1e-5]))
+        assert sorted(i for b in plan for i in b) == list(range(len(lengths)))
+        for b in plan:
+            assert len(b) <= policy.max_items
+            assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= policy.size
+
+
+def test_plan_by_cost_never_predicts_slower_than_budget_packing():
+    import random
+
+    from infertune.batching import plan_batches, plan_by_cost
+    from infertune.config import Batching
+
+    rng = random.Random(1)
+    policy = Batching(kind="tokens", size=65536, max_items=8192)
+    for _ in range(50):
+        lengths = [8 * rng.randint(1, 32) for _ in range(rng.randint(2, 300))]
+        a, b = rng.choice([1e-4, 3e-3]), rng.choice([1e-8, 1e-6])
+        assert _cost(plan_by_cost(lengths, policy, a, b), lengths, a, b) <= \
+            _cost(plan_batches(lengths, policy), lengths, a, b) * (1 + 1e-9)
+
+
+def test_plan_by_cost_splits_only_when_padding_costs_more_than_a_batch():
+    from infertune.batching import plan_by_cost
+    from infertune.config import Batching
+
+    lengths = [256] * 3 + [32] * 120
+    policy = Batching(kind="tokens", size=1 << 20, max_items=8192)
+    # padding 120 rows from 32 to 256 tokens = 26,880 extra tokens: worth a batch at 1 us/token, not at 1 ns
+    assert [len(b) for b in plan_by_cost(lengths, policy, 3e-3, 1e-6)] == [3, 120]
+    assert [len(b) for b in plan_by_cost(lengths, policy, 3e-3, 1e-9)] == [123]
+
+
+def test_fit_line_recovers_a_line_despite_an_outlier():
+    from infertune.batching import fit_line
+
+    pairs = [(x, 0.002 + 1e-7 * x) for x in (100, 1000, 5000, 20000, 60000)] + [(3000, 0.5)]
+    a, b = fit_line(pairs)
+    assert abs(a - 0.002) < 1e-4 and abs(b - 1e-7) < 1e-9

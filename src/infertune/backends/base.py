@@ -24,6 +24,8 @@ from infertune.models.embedding import EmbeddingSpec
 class Embedder:
     """A prepared embedding model: token ids -> padded batch -> pooled vectors -> (normalised) output."""
 
+    compiles_per_shape = False  # True: new batch shapes may trigger a (slow) compile on first sight
+
     def __init__(self, spec: EmbeddingSpec, tokenizer: Any, device: str = "cpu"):
         self.spec = spec
         self.tokenizer = tokenizer

@@ -20,6 +20,7 @@ from infertune.models.embedding import EmbeddingSpec, load_tokenizer
 
 class CompiledEmbedder(TorchEmbedder):
     bucket = 0  # pad sequence length up to a multiple of this (CUDA graphs want few shapes)
+    compiles_per_shape = True  # a server warms the shapes it will see before taking traffic
 
     def collate(self, ids: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
         batch = super().collate(ids)

@@ -41,6 +41,7 @@ def engine_main(conn: Any, index: int, model: str, device: str, threads: int | N
         import zmq
 
         from infertune.serve.config import Settings
+        from infertune.serve.engine import warm_shapes
         from infertune.serve.metrics import Metrics
         from infertune.serve.transport import engine_addr
 
@@ -63,6 +64,9 @@ def engine_main(conn: Any, index: int, model: str, device: str, threads: int | N
         for rows in (warm[:4], warm[-2:], warm[:1]):
             emb.postprocess(emb.forward(emb.collate(rows)))
         emb.synchronize()
+        if emb.compiles_per_shape:
+            warm_shapes(emb, warm)
+        seed = _time_batches(emb, warm)
         settings = Settings(**settings)
         ctx = zmq.Context()
         pull = ctx.socket(zmq.PULL)
@@ -86,10 +90,24 @@ def engine_main(conn: Any, index: int, model: str, device: str, threads: int | N
         except (OSError, ValueError):
             pass
         return
-    _serve_loop(conn, ctx, pull, emb, settings, metrics, run_dir)
+    _serve_loop(conn, ctx, pull, emb, settings, metrics, run_dir, seed)
 
 
-def _serve_loop(conn: Any, ctx: Any, pull: Any, emb: Any, settings: Any, metrics: Any, run_dir: str) -> None:
+def _time_batches(emb: Any, rows: list[list[int]]) -> list[tuple[float, float]]:
+    """(padded tokens, seconds) of a few warm batches of different sizes: the first cost line."""
+    out = []
+    for _ in range(2):
+        for k in (1, len(rows) // 4, len(rows)):
+            batch = emb.collate(rows[-max(1, k):])
+            t0 = time.perf_counter()
+            emb.postprocess(emb.forward(batch))
+            emb.synchronize()
+            out.append((float(batch["input_ids"].size), time.perf_counter() - t0))
+    return out
+
+
+def _serve_loop(conn: Any, ctx: Any, pull: Any, emb: Any, settings: Any, metrics: Any, run_dir: str,
+                seed: list[tuple[float, float]]) -> None:
     import zmq
 
     from infertune.serve.batch_core import BatchCore
@@ -116,7 +134,7 @@ def _serve_loop(conn: Any, ctx: Any, pull: Any, emb: Any, settings: Any, metrics
         stop.set()
 
     threading.Thread(target=watch_launcher, name="infertune-engine-control", daemon=True).start()
-    core = BatchCore(emb, settings, metrics, pull, send)
+    core = BatchCore(emb, settings, metrics, pull, send, seed)
     metrics.watch_queue("batch", lambda: float(sum(len(c.lens) for c in list(core.pending))))
     core.loop(stop)
     for s in socks.values():

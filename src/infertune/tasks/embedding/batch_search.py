@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
+from infertune.batching import fit_line
 
 HEADROOM = 0.8  # aim the predicted P99 at this fraction of the SLO
 MAX_STEPS = 4
@@ -37,18 +37,8 @@ class Point:
 
 def fit(pairs: Sequence[tuple[float, float]]) -> tuple[float, float]:
     """(a, b) of latency_ms = a + b * padded_tokens, robust to outliers (Theil-Sen)."""
-    x = np.asarray([p[0] for p in pairs], dtype=float)
-    y = np.asarray([p[1] for p in pairs], dtype=float)
-    if len(x) < 2 or np.ptp(x) == 0:
-        b = float(np.median(y / np.maximum(x, 1)))
-        return 0.0, b
-    i, j = np.triu_indices(len(x), 1)
-    dx = x[j] - x[i]
-    keep = dx != 0
-    b = float(np.median((y[j] - y[i])[keep] / dx[keep]))
-    b = max(b, 1e-6)
-    a = float(np.median(y - b * x))
-    return a, b
+    a, b = fit_line(pairs)
+    return a, max(b, 1e-6)
 
 
 def predict(a: float, b: float, tokens: int, longest: int) -> float:
