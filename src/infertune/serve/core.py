@@ -50,10 +50,10 @@ def engine_main(conn: Any, index: int, model: str, device: str, threads: int | N
             from infertune.serve.memory import bound_cpu_memory
 
             bound_cpu_memory()
-        if threads:
+        if threads or device == "cuda":  # a GPU engine launches kernels: one CPU thread (launcher.ONE_THREAD)
             import torch
 
-            torch.set_num_threads(threads)
+            torch.set_num_threads(threads or 1)
         from infertune.artifact import load_model
 
         emb = load_model(model, device)

@@ -67,19 +67,27 @@ class _Spawner:
         self.mp_dir = mp_dir
         self.lock = threading.Lock()
 
-    def start(self, target: Any, args: tuple, name: str) -> Any:
+    def start(self, target: Any, args: tuple, name: str, env: dict[str, str] | None = None) -> Any:
+        env = {MP_ENV: self.mp_dir, **(env or {})}
         with self.lock:
-            old = os.environ.get(MP_ENV)
-            os.environ[MP_ENV] = self.mp_dir
+            old = {k: os.environ.get(k) for k in env}
+            os.environ.update(env)
             try:
                 proc = self.ctx.Process(target=target, args=args, name=name, daemon=False)
                 proc.start()
             finally:
-                if old is None:
-                    os.environ.pop(MP_ENV, None)
-                else:
-                    os.environ[MP_ENV] = old
+                for k, v in old.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
         return proc
+
+
+# Thread pools (OpenMP, BLAS) sized to the machine in every one of N+M processes oversubscribe the cores:
+# frontends do no math, and an engine that drives a GPU needs one CPU thread. An engine on the CPU keeps
+# the defaults (or --threads): its pool is the model's compute.
+ONE_THREAD = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
 
 
 class Launcher:
@@ -113,7 +121,8 @@ class Launcher:
         parent, child = self.spawner.ctx.Pipe()
         proc = self.spawner.start(frontend_main, (child, i, self.cfg.model_dump_json(),
                                                   self.settings.model_dump_json(), self.served, self.port,
-                                                  self.run_dir, len(self.devices)), f"infertune-frontend-{i}")
+                                                  self.run_dir, len(self.devices)), f"infertune-frontend-{i}",
+                                 env=ONE_THREAD)
         child.close()
         with self.lock:
             self.fe_procs[i], self.fe_conns[i] = proc, parent
@@ -143,7 +152,8 @@ class Launcher:
         e = self.engines[i]
         proc = self.spawner.start(engine_main, (child, i, self.cfg.model, e["device"], self.settings.threads,
                                                 self.warmup, self.run_dir, self.settings.model_dump(),
-                                                e["restarts"]), f"infertune-engine-{i}")
+                                                e["restarts"]), f"infertune-engine-{i}",
+                                 env=ONE_THREAD if e["device"].startswith("cuda") and not self.settings.threads else None)
         child.close()
         while not parent.poll(0.2):
             if not proc.is_alive():
