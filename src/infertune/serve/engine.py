@@ -16,7 +16,7 @@ bounded queues so tokenization of the next requests overlaps the current forward
   that raises fails only its own requests (500; 503 when the worker died or is restarting);
 - post-process (1 thread): normalises, scatters rows back to requests, renders finished responses.
 
-The engine does not import FastAPI: it can be driven in-process (scripts/gpu/serve_h200.py does).
+The engine does not import FastAPI: it can be driven in-process (`serve --ceiling` drives a model the same way, without it).
 """
 
 from __future__ import annotations
