@@ -1,0 +1,151 @@
+"""The engine process's batching in arrays (serve/batch_core.py) and its wire format (serve/transport.py):
+the numpy-indexed collate equals the plain per-row one, every request gets back exactly its own rows in
+its own order whatever the window's split, a failing batch fails only its requests, and row bucketing
+stays within its bounds. A recording embedder stands in for the model: logic only, no sockets."""
+
+from __future__ import annotations
+
+import pickle
+import random
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from infertune.backends.base import Embedder
+from infertune.serve.batch_core import BatchCore, Chunk, bucket_rows
+from infertune.serve.transport import pack_requests, pack_results, unpack_requests, unpack_results
+
+
+class _Tok:
+    pad_token_id = 0
+
+
+class Recorder(Embedder):
+    """forward(): row r's vector is [sum of its real ids, its length, 1, 0...]; records every batch."""
+
+    def __init__(self, device: str = "cpu", fail_on: int | None = None):
+        spec = SimpleNamespace(dim=4, max_length=512, normalize=False)
+        super().__init__(spec, _Tok(), device)
+        self.needs_token_types = False
+        self.batches: list[dict] = []
+        self.fail_on = fail_on
+
+    def forward(self, batch):
+        self.batches.append(batch)
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        if self.fail_on is not None and (ids == self.fail_on).any():
+            raise RuntimeError("injected")
+        out = np.zeros((len(ids), 4), dtype=np.float32)
+        out[:, 0] = (ids * mask).sum(1)
+        out[:, 1] = mask.sum(1)
+        out[:, 2] = 1
+        return out
+
+
+def _settings(**kw):
+    base = dict(batch_tokens=256, max_batch_tokens=1024, max_batch_items=64, max_wait_ms=1.0, max_padding=None)
+    return SimpleNamespace(**{**base, **kw})
+
+
+def _requests(rng: random.Random, n: int) -> list[tuple[int, list[list[int]]]]:
+    return [(rid, [[rng.randint(1, 999) for _ in range(rng.randint(1, 60))] for _ in range(rng.randint(1, 5))])
+            for rid in range(n)]
+
+
+def _run(emb, reqs_by_fe: dict[int, list], settings=None, cost=None):
+    sent: dict[int, list] = {}
+    core = BatchCore(emb, settings or _settings(), _Metrics(), pull=None,
+                     send=lambda fe, frames: sent.setdefault(fe, []).append(frames))
+    core.cost = cost
+    chunks = [Chunk(pack_requests(fe, reqs)) for fe, reqs in reqs_by_fe.items()]
+    core.run_window(chunks)
+    return {fe: [r for frames in msgs for r in unpack_results(frames, 4)] for fe, msgs in sent.items()}
+
+
+class _Metrics:
+    def __getattr__(self, name):
+        return _Sink()
+
+
+class _Sink:
+    def labels(self, *a):
+        return self
+
+    def observe(self, *a):
+        pass
+
+    def inc(self, *a):
+        pass
+
+
+@pytest.mark.parametrize("device,cost", [("cpu", None), ("cpu", (1e-3, 1e-6)), ("cuda", (1e-3, 1e-9))])
+def test_every_request_gets_exactly_its_rows(device, cost):
+    rng = random.Random(0)
+    reqs = {0: _requests(rng, 30), 3: _requests(rng, 17)}
+    got = _run(Recorder(device), reqs, cost=cost)
+    for fe, rs in reqs.items():
+        back = {rid: rows for rid, rows, err in got[fe]}
+        assert sorted(back) == [rid for rid, _ in rs]
+        for rid, rows in rs:
+            expect = np.array([[sum(r), len(r), 1, 0] for r in rows], dtype=np.float32)
+            np.testing.assert_array_equal(back[rid], expect)
+
+
+def test_collate_in_arrays_equals_the_per_row_collate():
+    rng = random.Random(1)
+    emb = Recorder("cpu")
+    reqs = _requests(rng, 20)
+    _run(emb, {0: reqs}, settings=_settings(batch_tokens=1 << 20, max_batch_tokens=1 << 20, max_batch_items=10**6))
+    (batch,) = emb.batches  # one window, one batch: every row, sorted longest first
+    rows = sorted((r for _, rs in reqs for r in rs), key=len, reverse=True)
+    plain = Embedder.collate(emb, rows)
+    width = batch["input_ids"].shape[1]
+    assert width % 8 == 0 and width - plain["input_ids"].shape[1] < 8
+    got_ids = batch["input_ids"][:, :plain["input_ids"].shape[1]]
+    got_mask = batch["attention_mask"][:, :plain["input_ids"].shape[1]]
+    assert sorted(map(tuple, got_ids)) == sorted(map(tuple, plain["input_ids"]))  # the same rows, any order
+    assert int(got_mask.sum()) == int(plain["attention_mask"].sum()) == sum(map(len, rows))
+    assert not batch["attention_mask"][:, plain["input_ids"].shape[1]:].any()
+
+
+def test_gpu_rows_are_bucketed_and_filler_rows_are_dropped():
+    emb = Recorder("cuda")
+    reqs = [(i, [[5] * 10]) for i in range(9)]
+    got = _run(emb, {0: reqs}, settings=_settings(batch_tokens=1 << 20, max_batch_tokens=1 << 20))
+    assert [len(b["input_ids"]) for b in emb.batches] == [16]  # 9 rows -> 16, fillers attend one token
+    assert emb.batches[0]["attention_mask"][9:].sum(1).tolist() == [1] * 7
+    assert len(got[0]) == 9 and all(rows.shape == (1, 4) and rows[0, 0] == 50 for _, rows, _ in got[0])
+
+
+def test_a_failing_batch_fails_only_its_requests():
+    emb = Recorder("cpu", fail_on=777)
+    reqs = [(0, [[1] * 50]), (1, [[777, 2, 3]]), (2, [[4] * 50])]
+    got = {rid: (rows, err) for rid, rows, err in _run(emb, {0: reqs}, settings=_settings(
+        batch_tokens=64, max_batch_tokens=64))[0]}
+    assert got[1][0] is None and got[1][1][0] == 500 and "injected" in got[1][1][1]
+    assert got[0][1] is None and got[2][1] is None and got[0][0][0, 0] == 50
+
+
+def test_bucket_rows_bounds():
+    prev = 0
+    for n in range(1, 5000):
+        b = bucket_rows(n)
+        assert b >= n and b >= prev
+        assert b <= 8 or b - n < 8 or b <= n * 1.125 + 1
+        prev = b
+    assert len({bucket_rows(n) for n in range(1, 5000)}) < 80
+
+
+def test_wire_format_round_trips():
+    rng = random.Random(2)
+    reqs = _requests(rng, 40)
+    fe, back = unpack_requests(pack_requests(5, reqs))
+    assert fe == 5 and back == reqs
+    results = [(0, np.arange(8, dtype=np.float32).reshape(2, 4), None), (1, None, (503, "down", "server_error", "x")),
+               (2, np.ones((1, 4), np.float32), None)]
+    out = unpack_results(pack_results(results), 4)
+    assert [r[0] for r in out] == [0, 1, 2] and out[1][2] == (503, "down", "server_error", "x")
+    np.testing.assert_array_equal(out[0][1], results[0][1])
+    np.testing.assert_array_equal(out[2][1], results[2][1])
+    assert pickle.loads(pack_requests(0, reqs)[0])[1][0] == (0, len(reqs[0][1]))
