@@ -6,6 +6,7 @@ from serve_helpers import FAULT_MARKER, bench
 def minilm_server():
     """One real `infertune serve minilm` for the session (the load dominates: share it)."""
     srv = bench.ours("minilm", "--max-items-per-request", "64", "--max-body-mb", "1", "--max-queue", "1024",
+                     "--drain-s", "0",
                      env={"INFERTUNE_SERVE_FAULT_MARKER": FAULT_MARKER})
     try:
         srv.wait_ready()
@@ -23,6 +24,8 @@ def fake_server(tmp_path):
 
     def start(*flags: str, us_per_token: int = 100, headers: dict[str, str] | None = None):
         art = write_fake_artifact(tmp_path / f"art{len(started)}", us_per_token)
+        if "--drain-s" not in flags:  # stopping takes no drain delay unless the test is about the drain
+            flags = (*flags, "--drain-s", "0")
         srv = bench.ours(str(art), *flags, capture=True, headers=headers)
         started.append(srv)
         return srv.wait_ready(60)

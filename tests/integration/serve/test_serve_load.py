@@ -57,7 +57,7 @@ def test_overload_answers_429_fast(fake_server):
 def test_sigterm_answers_every_accepted_request(fake_server):
     n = 240
     # 240 x 41 tokens at 0.4 ms per padded token: about 4 s of forward work queued behind the signal
-    srv = fake_server("--max-queue", "1024", us_per_token=400)
+    srv = fake_server("--max-queue", "1024", "--drain-s", "2", us_per_token=400)
     results: list = []
 
     async def fire() -> None:
