@@ -54,6 +54,9 @@ def cuda_devices(cfg: ServeConfig) -> list[str]:
 
 def wants_processes(cfg: ServeConfig, device: str) -> tuple[bool, list[str], int]:
     """(multi-process?, devices, frontends) for this config."""
+    if cfg.devices and device != "cuda":
+        raise InfertuneError(f"--devices {','.join(cfg.devices)} picks GPUs; add --device cuda (this server's "
+                             f"device is {device})")
     devices = cuda_devices(cfg) if device == "cuda" else ["cpu"]
     frontends = cfg.frontends or default_frontends(device, len(devices))
     return frontends > 1 or len(devices) > 1, devices, frontends
