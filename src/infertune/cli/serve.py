@@ -26,11 +26,7 @@ Examples:
 
 Batching: items are tokenized, length-sorted within a short window and packed while items x longest <= --batch-tokens (and, on CPU, padded/real tokens <= --max-padding), waiting at most --max-wait-ms for company. With --max-queue requests in flight the next one gets 429 with Retry-After. Over-length input gets 400 naming the limit unless --truncate. SIGTERM/SIGINT: /ready fails, connections are still accepted for --drain-s, then everything accepted is answered and the process exits 0 (a second signal stops at once).
 
-\b
-Processes: on CPU one process by default (HTTP + tokenizer threads + the model). With --frontends N
-(default on GPUs: half the cores) N frontend processes share the port (HTTP, JSON, tokenization,
-rendering) and one engine process per device (--devices) owns the model and the batching; a dead
-engine is restarted, /metrics adds up every process."""
+Processes: on CPU one process by default (HTTP + tokenizer threads + the model). With --frontends N (default on GPUs: half the cores, at most 8 per GPU) N frontend processes share the port (HTTP, JSON, tokenization, rendering) and one engine process per device (--devices) owns the model and the batching; a dead engine is restarted, /metrics adds up every process. --ceiling measures the forward-only items/s to compare a bench run with."""
 
 
 def register(app: typer.Typer) -> None:
