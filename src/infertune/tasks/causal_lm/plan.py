@@ -11,14 +11,15 @@ from infertune.config import TuneConfig
 from infertune.results import WorkloadSummary
 
 
-def workload_plan(cfg: TuneConfig, spec, tok) -> tuple[dict[str, Any], WorkloadSummary]:
-    """What to score, greedy-decode and time, all cut from the workload (built-in sample by default)."""
+def workload_plan(cfg: TuneConfig, spec, tok, loaded: tuple | None = None) -> tuple[dict[str, Any], WorkloadSummary]:
+    """What to score, greedy-decode and time, all cut from the workload (built-in sample by default;
+    `loaded`: what load_chat_workload already returned for it)."""
     import numpy as np
 
     from infertune.llm.workload import load_chat_workload
     from infertune.workload import histogram
 
-    reqs, source = load_chat_workload(cfg.workload)
+    reqs, source = loaded or load_chat_workload(cfg.workload)
     rendered = [tok(r.render(tok), add_special_tokens=False)["input_ids"] for r in reqs]
     lengths = np.asarray([len(x) for x in rendered])
     limit = min(spec.max_length, 4096) - 64

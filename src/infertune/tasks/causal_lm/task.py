@@ -23,8 +23,11 @@ class CausalLMTask(Task):
     baseline_eligible = True  # eager generate() is also the accuracy reference and a servable answer
 
     def __init__(self, cfg, console, ref):
+        from infertune.llm.workload import load_chat_workload
+
         super().__init__(cfg, console)
         self.ref = ref
+        self.requests = load_chat_workload(cfg.workload)  # first: a malformed file fails before anything heavy loads
         self.ref_score: dict | None = None
         self.ref_greedy: list | None = None
         self.greedy: dict[str, list[list[int]]] = {}
@@ -45,7 +48,7 @@ class CausalLMTask(Task):
                           highlight=False)
         self.spec = spec = lm_spec(self.ref)
         self.tok = load_tokenizer(spec)
-        self.plan, summary = workload_plan(cfg, spec, self.tok)
+        self.plan, summary = workload_plan(cfg, spec, self.tok, self.requests)
         self.bw = bw = memory_bandwidth(cfg.device)
         env = fingerprint(cfg.threads)
         console.print(

@@ -22,8 +22,11 @@ class EmbeddingTask(Task):
     unit = "items/s"
 
     def __init__(self, cfg: TuneConfig, console, ref, custom: list[Candidate] | None = None):
+        from infertune.workload import load_workload
+
         super().__init__(cfg, console)
         self.ref, self.custom = ref, custom
+        self.workload = load_workload(cfg.workload)  # first: a malformed file fails before anything heavy loads
         self.ref_vectors = None
         self.warmed: set[str] = set()
         self.result: TuneResult | None = None
@@ -54,10 +57,10 @@ class EmbeddingTask(Task):
     def _workload(self) -> tuple[list[str], list[str], WorkloadSummary]:
         import numpy as np
 
-        from infertune.workload import histogram, load_workload, stratified_split, stratified_subsample
+        from infertune.workload import histogram, stratified_split, stratified_subsample
 
         cfg = self.cfg
-        wl = load_workload(cfg.workload)
+        wl = self.workload
         lengths = [len(x) for x in self.tokenizer(wl.items, truncation=False)["input_ids"]]
         calib, evals = stratified_split(lengths, cfg.eval_fraction, cfg.seed)
         # CPU passes are slow: cap the eval split so a full tune fits in minutes. GPU passes are fast.
