@@ -57,7 +57,7 @@ def test_overload_answers_429_fast(fake_server):
 def test_sigterm_answers_every_accepted_request(fake_server):
     n = 240
     # 240 x 41 tokens at 0.4 ms per padded token: about 4 s of forward work queued behind the signal
-    srv = fake_server("--max-queue", "1024", us_per_token=400)
+    srv = fake_server("--max-queue", "1024", us_per_token=400, drain_s=None)  # the default drain
     results: list = []
 
     async def fire() -> None:
@@ -124,7 +124,7 @@ def test_batching_beats_naive_server(tuned_artifact):
     """Same model, same box, side by side: `infertune serve` of the artifact `tune` wrote (as a user runs
     it) vs the one-forward-per-request FastAPI server users write (fp32 MiniLM): >= 2x the items/s at
     concurrency 32. Two interleaved rounds; the ratio of the summed throughputs is checked."""
-    ours_srv = bench.ours(str(tuned_artifact))
+    ours_srv = bench.ours(str(tuned_artifact), "--drain-s", "0")  # stopped below, nothing routing to it
     naive = bench.naive("minilm")
     try:
         ours_srv.wait_ready()

@@ -62,7 +62,7 @@ async def _burst(port: int, n: int, body: bytes, sent: list) -> list[str]:
 
 def test_sigterm_with_500_requests_across_frontends_answers_all(fake_server):
     n = 500
-    srv = fake_server("--frontends", "2", "--max-queue", "1024", us_per_token=40)
+    srv = fake_server("--frontends", "2", "--max-queue", "1024", us_per_token=40, drain_s=None)  # the default drain
     port = int(srv.url.rsplit(":", 1)[1])
     body = b'{"model": "fake", "input": "a b c d e f g h"}'
 
