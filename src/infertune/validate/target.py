@@ -61,6 +61,8 @@ class Target:
         argv = [sys.executable, "-m", "infertune.cli.main", "serve", model, "--port", str(port), *flags]
         if not llm and "--in-process" not in flags and "--worker-process" not in flags:
             argv.append("--worker-process")  # the fault drills need a worker process to kill
+        if not llm and not any(f.startswith("--drain-s") for f in flags):
+            argv += ["--drain-s", "0"]  # nothing routes to a server validate started: stop() need not wait 2 s
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / "server.log"
         log = open(log_path, "w")  # noqa: SIM115 - closed in stop()

@@ -32,7 +32,7 @@ def serve_minilm(tmp_path_factory):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
     with open(log, "w") as f:
         proc = subprocess.Popen([sys.executable, "-m", "infertune.cli.main", "serve", "minilm", "--port", str(port),
-                                 "--truncate"],
+                                 "--truncate", "--drain-s", "0"],
                                 stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
         wait_healthy(f"http://127.0.0.1:{port}/ready", proc, 240, log, fallback=f"http://127.0.0.1:{port}/v1/models")

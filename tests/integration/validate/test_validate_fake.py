@@ -72,7 +72,7 @@ def test_url_target_skips_what_it_cannot_reach(fake_artifact, tmp_path):
     sys.path.insert(0, str(ROOT / "scripts"))
     from bench_serve_vs_naive import ours
 
-    srv = ours(str(fake_artifact()))
+    srv = ours(str(fake_artifact()), "--drain-s", "0")  # stopped at the end, nothing routing to it
     try:
         srv.wait_ready(60)
         out = tmp_path / "v"
