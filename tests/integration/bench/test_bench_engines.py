@@ -96,6 +96,9 @@ def test_slo_search_against_infertune_serve_repeats_within_15_percent(serve_mini
               f"{res.slo.max_load} req/s in {len(res.slo.steps)} points, {res.wall_s:.0f} s; steps: {res.slo.steps}"
               + (f"; {res.slo.noise_note}" if res.slo.noise_note else ""))
         assert res.slo.met, res.slo
-        answers.append(res.slo.max_load)
-    print(f"answers {answers}: max/min {max(answers) / min(answers):.3f}")
+        answers.append(res.slo.max_load / cap)
+    # Compared as fractions of the capacity measured just before each search: this box's raw speed drifts by
+    # 20-35% within minutes (CI: capacity 59.3 then 46.3 req/s, answers 46.6 and 36.5 req/s = 0.786 and 0.788
+    # of it), and what must repeat is where the search lands, not the host's speed.
+    print(f"answers as a fraction of capacity {answers}: max/min {max(answers) / min(answers):.3f}")
     assert max(answers) / min(answers) <= 1.15, answers

