@@ -20,7 +20,7 @@ from typing import Any
 
 from infertune.errors import InfertuneError
 from infertune.serve.config import ServeConfig, ServeResult, resolve_settings
-from infertune.serve.http import ROUTES, State, create_app, draining_server  # noqa: F401 - re-exported
+from infertune.serve.http import ROUTES, State, bind_tcp, create_app, draining_server  # noqa: F401 - re-exported
 
 log = logging.getLogger("infertune.serve")
 FAULT_ENV = "INFERTUNE_SERVE_FAULT_MARKER"  # test hook: a forward pass fails if an item holds this text
@@ -89,16 +89,7 @@ def _fault(marker: str):
 
 
 def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as e:
-        sock.close()
-        raise InfertuneError(f"cannot listen on {host}:{port}: {e.strerror}; pick another --port "
-                             "(or --port 0 for any free one)") from None
-    sock.listen(2048)
+    sock = bind_tcp(host, port)
     sock.set_inheritable(True)
     return sock
 

@@ -14,20 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import sys
 import threading
 from typing import Any
-
-
-def listen_reuseport(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
-    return sock
 
 
 def frontend_main(conn: Any, index: int, cfg_json: str, settings_json: str, served: list[str], port: int,
@@ -41,13 +30,13 @@ def frontend_main(conn: Any, index: int, cfg_json: str, settings_json: str, serv
     import uvicorn
 
     from infertune.serve.config import ServeConfig, Settings
-    from infertune.serve.http import State, create_app, draining_server
+    from infertune.serve.http import State, bind_tcp, create_app, draining_server
     from infertune.serve.metrics import Metrics
 
     cfg = ServeConfig.model_validate_json(cfg_json)
     st = State(cfg, Settings.model_validate_json(settings_json), served, Metrics())
     st.topology = {"mode": "processes", "frontend": index, "frontends": cfg.frontends, "engines": []}
-    sock = listen_reuseport(cfg.host, port)
+    sock = bind_tcp(cfg.host, port, reuse_port=True)
     server = draining_server(uvicorn.Config(
         create_app(st), log_level=cfg.log_level, access_log=False, lifespan="on",
         timeout_graceful_shutdown=cfg.graceful_timeout_s, timeout_keep_alive=30, proxy_headers=False), st, cfg.drain_s)

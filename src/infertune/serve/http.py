@@ -11,11 +11,13 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
 from typing import Any
 
+from infertune.errors import InfertuneError
 from infertune.serve.config import ServeConfig, Settings
 from infertune.serve.schema import ApiError
 
@@ -299,3 +301,22 @@ def _describe(emb: Any) -> dict[str, Any]:
         return {k: v for k, v in d.items() if k != "leaf_modules"}
     except Exception:  # noqa: BLE001
         return {}
+
+
+def bind_tcp(host: str, port: int, *, reuse_port: bool = False, listen: bool = True) -> socket.socket:
+    """The server's TCP socket, with a clear error when the port is taken. `reuse_port`: several processes
+    bind the same port (multi-process serve); `listen=False` only reserves it (the launcher)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise InfertuneError(f"cannot listen on {host}:{port}: {e.strerror}; pick another --port "
+                             "(or --port 0 for any free one)") from None
+    if listen:
+        sock.listen(2048)
+    return sock

@@ -19,7 +19,6 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import threading
@@ -28,7 +27,8 @@ from typing import Any
 
 from infertune.errors import InfertuneError
 from infertune.serve.config import ServeConfig, ServeResult, Settings
-from infertune.serve.supervisor import _describe_exit
+from infertune.serve.http import bind_tcp
+from infertune.serve.supervisor import _describe_exit, await_ready
 
 MP_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -158,21 +158,7 @@ class Launcher:
                                                 e["restarts"]), f"infertune-engine-{i}",
                                  env=ONE_THREAD if e["device"].startswith("cuda") and not self.settings.threads else None)
         child.close()
-        while not parent.poll(0.2):
-            if not proc.is_alive():
-                proc.join(5)
-                raise RuntimeError(f"engine {i} ({e['device']}) {_describe_exit(proc.exitcode)} while loading")
-            if self.closing:
-                proc.kill()
-                raise RuntimeError("stopping")
-        try:
-            kind, info = parent.recv()
-        except (EOFError, OSError):
-            proc.join(5)
-            raise RuntimeError(f"engine {i} {_describe_exit(proc.exitcode)} while loading") from None
-        if kind != "ready":
-            proc.join(5)
-            raise RuntimeError(f"engine {i} ({e['device']}) could not load the model: {info}")
+        info = await_ready(proc, parent, f"engine {i} ({e['device']})", stop=lambda: self.closing)
         self.engine_procs[i], self.engine_conns[i] = proc, parent
         return info
 
@@ -231,7 +217,8 @@ class Launcher:
 
     # --- the whole server -----------------------------------------------------------------------------------
     def run(self) -> ServeResult:
-        reserve = _reserve(self.cfg.host, self.cfg.port)
+        # bound, not listening: the port is ours and known; frontends bind it too, with SO_REUSEPORT
+        reserve = bind_tcp(self.cfg.host, self.cfg.port, reuse_port=True, listen=False)
         self.port = reserve.getsockname()[1]
         host = self.cfg.host
         url = f"http://{host if ':' not in host else f'[{host}]'}:{self.port}"
@@ -303,21 +290,6 @@ class Launcher:
                     proc.join(5)
         for th in engine_threads:
             th.join(5)
-
-
-def _reserve(host: str, port: int) -> socket.socket:
-    """Bind (without listening) so the port is ours and known; frontends bind it too, with SO_REUSEPORT."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as e:
-        sock.close()
-        raise InfertuneError(f"cannot listen on {host}:{port}: {e.strerror}; pick another --port "
-                             "(or --port 0 for any free one)") from None
-    return sock
 
 
 def _totals(mp_dir: str) -> tuple[dict[str, int], int, int]:

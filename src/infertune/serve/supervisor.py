@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,32 @@ def _describe_exit(code: int | None) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exited with code {code}"
+
+
+def await_ready(proc: Any, conn: Any, who: str, timeout_s: float | None = None,
+                stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """Wait for a child's ("ready", info) on `conn` (a model worker, an engine process); kill it and raise
+    RuntimeError saying why when it dies, takes longer than `timeout_s`, sends an error, or `stop()`."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while not conn.poll(0.2):
+        late = deadline is not None and time.monotonic() > deadline
+        stopping = stop is not None and stop()
+        if not proc.is_alive() or late or stopping:
+            proc.kill()
+            proc.join(5)
+            if stopping:
+                raise RuntimeError("stopping")
+            why = f"did not load within {timeout_s:g} s" if late else _describe_exit(proc.exitcode)
+            raise RuntimeError(f"{who} {why} while loading")
+    try:
+        kind, info = conn.recv()
+    except (EOFError, OSError):
+        proc.join(5)
+        raise RuntimeError(f"{who} {_describe_exit(proc.exitcode)} while loading") from None
+    if kind != "ready":
+        proc.join(5)
+        raise RuntimeError(f"{who} could not load the model: {info}")
+    return info
 
 
 def _child_main(conn: Any, model: str, device: str, threads: int | None, warmup: list[str], send_tokenizer: bool,
@@ -147,22 +174,7 @@ class SupervisedModel(Embedder):
                                        send_tokenizer))
         proc.start()
         child.close()  # so the parent's end sees EOF when the child dies
-        deadline = time.monotonic() + self.load_timeout_s
-        while not parent.poll(0.2):
-            if not proc.is_alive() or time.monotonic() > deadline:
-                proc.kill()
-                proc.join(5)
-                why = _describe_exit(proc.exitcode) if time.monotonic() <= deadline else \
-                    f"did not load within {self.load_timeout_s:g} s"
-                raise RuntimeError(f"model worker {why} while loading")
-        try:
-            kind, info = parent.recv()
-        except (EOFError, OSError):
-            proc.join(5)
-            raise RuntimeError(f"model worker {_describe_exit(proc.exitcode)} while loading") from None
-        if kind != "ready":
-            proc.join(5)
-            raise RuntimeError(f"model worker could not load the model: {info}")
+        info = await_ready(proc, parent, "model worker", self.load_timeout_s)
         with self._lock:
             self._proc, self._conn, self._up = proc, parent, True
             self.worker_pid = info["pid"]
