@@ -40,7 +40,8 @@ class BenchConfig(BaseModel):
     slo_step: float = Field(2.0, gt=1, le=16, description=(
         "bracketing factor: the load is multiplied (or divided) by this until a pass and a failure bracket "
         "the SLO boundary; with a --slo-start near the answer (e.g. the capacity measured at high "
-        "concurrency) a small step such as 1.1 leaves a narrow bracket and saves points"))
+        "concurrency) a small step such as 1.1 leaves a narrow bracket and saves points. A step below 2 is "
+        "squared after each move that does not bracket the boundary, up to 2"))
     slo_keepup: float = Field(0.95, ge=0, le=1, description=(
         "rate search: a point also fails if completions in its window are below this share of sends (the "
         "server fell behind and a queue grew); 0 turns the check off"))

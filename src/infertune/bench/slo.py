@@ -121,7 +121,10 @@ def search(run: Callable[[float], Point], slo: SLO, *, over: str, start: float, 
 
     `step`: the bracketing factor (the load is multiplied or divided by it until a pass and a failure
     bracket the boundary). From a start far from the answer, 2 brackets in few points; from a start near
-    it (e.g. the capacity measured closed-loop), a small step leaves a narrow bracket to bisect.
+    it (e.g. the capacity measured closed-loop), a small step leaves a narrow bracket to bisect. A step
+    below 2 is squared after each move that did not bracket the boundary, up to 2 (1.1, 1.21, 1.46, 2, 2,
+    ...): a start that turned out far from the answer (the box slowed down after it was measured) costs a
+    few more points, not the whole step budget.
 
     `recheck`: a marginal failure (SLO.marginal) is measured once more and the load fails only if that
     fails too. On a shared host a false failure (seconds of a noisy neighbour) is far likelier than a
@@ -154,13 +157,20 @@ def search(run: Callable[[float], Point], slo: SLO, *, over: str, start: float, 
     def norm(x: float) -> float:
         return float(max(floor, min(ceiling, round(x) if integer else x)))
 
+    f = step
+
     def up(x: float) -> float:  # the next load above x (integers move by at least 1)
-        y = norm(x * step)
+        y = norm(x * f)
         return norm(x + 1) if integer and y <= x else y
 
     def down(x: float) -> float:
-        y = norm(x / step)
+        y = norm(x / f)
         return norm(x - 1) if integer and y >= x else y
+
+    def widen() -> None:
+        nonlocal f
+        if f < 2:
+            f = min(2.0, f * f)
 
     lo: float | None = None
     hi: float | None = None
@@ -172,6 +182,7 @@ def search(run: Callable[[float], Point], slo: SLO, *, over: str, start: float, 
             x = up(lo)
             if measure(x):
                 lo = x
+                widen()
             else:
                 hi = x
                 break
@@ -185,6 +196,7 @@ def search(run: Callable[[float], Point], slo: SLO, *, over: str, start: float, 
                 lo = x
                 break
             hi = x
+            widen()
     if lo is None:
         res.bracket = [None, hi]
         return res

@@ -39,7 +39,7 @@ def bench_cmd(
     slo_keepup: Annotated[float, typer.Option(help="rate search: a point also fails when completions in its window fall below this share of sends (a queue grew); 0 = off")] = 0.95,
     slo_recheck: Annotated[bool, typer.Option("--slo-recheck/--no-slo-recheck", help="search: measure a marginal failure (kept up with 88%+ of sends, latency within 2x the limit) once more before believing it")] = True,
     slo_start: Annotated[float | None, typer.Option(help="search: the first load to measure (default: the one-at-a-time rate, measured first)")] = None,
-    slo_step: Annotated[float, typer.Option(help="search: bracketing factor; a small one (1.1) saves points when --slo-start is near the answer")] = 2.0,
+    slo_step: Annotated[float, typer.Option(help="search: bracketing factor; a small one (1.1) saves points when --slo-start is near the answer (below 2 it grows toward 2 while the boundary is not bracketed)")] = 2.0,
     duration: Annotated[float, typer.Option(help="measured seconds per point")] = 10.0,
     warmup: Annotated[float, typer.Option(help="seconds per point not counted")] = 2.0,
     max_requests: Annotated[int | None, typer.Option(help="cap on measured requests per point")] = None,

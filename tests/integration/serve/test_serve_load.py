@@ -124,7 +124,7 @@ def test_batching_beats_naive_server(tuned_artifact):
     """Same model, same box, side by side: `infertune serve` of the artifact `tune` wrote (as a user runs
     it) vs the one-forward-per-request FastAPI server users write (fp32 MiniLM): >= 2x the items/s at
     concurrency 32. Two interleaved rounds; the ratio of the summed throughputs is checked."""
-    ours_srv = bench.ours(str(tuned_artifact))
+    ours_srv = bench.ours(str(tuned_artifact), "--drain-s", "0")  # stopped below, nothing routing to it
     naive = bench.naive("minilm")
     try:
         ours_srv.wait_ready()

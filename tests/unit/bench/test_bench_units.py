@@ -186,6 +186,18 @@ def test_search_with_a_small_step_brackets_near_its_start(start):
     assert len(near) < len(doubling), (near, doubling)
 
 
+def test_search_with_a_small_step_far_from_the_answer_widens_it():
+    """The box slowed 8x after the start was measured (capacity 5, start 40): a fixed 10% step would need
+    22 moves to get there (more than the 14-point budget: no answer); growing it (1.1, 1.21, 1.46, 2, ...)
+    brackets in 7 points and the answer meets the tolerance."""
+    slo = parse_slo("p99_e2e_ms<=100", 0.01, False)
+    calls: list = []
+    res = search(_fake_run(5, calls), slo, over="rate", start=40, tolerance=0.05, repeats=2, step=1.1)
+    assert res.met and 5 / 1.05 <= res.max_load <= 5, res.steps
+    bracket = calls[: calls.index(next(x for x in calls if x <= 5)) + 1]
+    assert [round(x, 2) for x in bracket] == [40, 36.36, 30.05, 20.53, 10.26, 5.13, 2.57]
+
+
 def test_search_over_concurrency_with_a_small_step_still_moves():
     slo = parse_slo("p99_e2e_ms<=100", 0.01, False)
     calls: list = []
