@@ -7,6 +7,7 @@ Both are slow (a server start of 1-2 min). The vLLM one needs `make vllm-env` (i
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 
@@ -85,20 +86,37 @@ def test_slo_search_against_infertune_serve_repeats_within_15_percent(serve_mini
     duration = min(15.0, max(5.0, 250 / one_rps))
     print(f"one at a time: P50 {one_ms:.1f} ms, {one_rps:.1f} req/s -> SLO p99_e2e_ms<={bound_ms:.0f}, "
           f"{duration:.1f} s points")
-    answers = []
+    answers, raw = [], []
     for seed in (0, 1):
         cap = _capacity(serve_minilm)
         res = bench(BenchConfig(url=serve_minilm, api="embeddings", slo=f"p99_e2e_ms<={bound_ms:.0f}",
                                 duration=duration, warmup=1, seed=seed, slo_tolerance=0.05, slo_start=cap / 1.1,
                                 slo_step=1.1))
         assert res.slo is not None
+        sustained, where = _sustained(res.points, cap)
         print(f"SLO search {seed}: capacity {cap:.1f} req/s at concurrency 16, started at {cap / 1.1:.1f}; max rate "
-              f"{res.slo.max_load} req/s in {len(res.slo.steps)} points, {res.wall_s:.0f} s; steps: {res.slo.steps}"
+              f"{res.slo.max_load} req/s in {len(res.slo.steps)} points, {res.wall_s:.0f} s; the server sustained "
+              f"{sustained:.1f} req/s ({where}); steps: {res.slo.steps}"
               + (f"; {res.slo.noise_note}" if res.slo.noise_note else ""))
         assert res.slo.met, res.slo
-        answers.append(res.slo.max_load / cap)
-    # Compared as fractions of the capacity measured just before each search: this box's raw speed drifts by
-    # 20-35% within minutes (CI: capacity 59.3 then 46.3 req/s, answers 46.6 and 36.5 req/s = 0.786 and 0.788
-    # of it), and what must repeat is where the search lands, not the host's speed.
-    print(f"answers as a fraction of capacity {answers}: max/min {max(answers) / min(answers):.3f}")
+        raw.append(res.slo.max_load)
+        answers.append(res.slo.max_load / sustained)
+    # Compared as fractions of what the server sustained DURING each search: this box's raw speed drifts by
+    # 20-35% within minutes, and what must repeat is where the search lands against the server it measured,
+    # not the host's speed. A closed-loop capacity measured just before a search is not that reference: in
+    # CI it read 54.7 then 46.3 req/s while the two searches' overloaded points completed 40.5-44.6 and
+    # 41.3-43.0 req/s, and it turned answers 7.8% apart (41.0, 44.2) into 27% apart (0.75, 0.95).
+    print(f"answers {raw} req/s; as a fraction of the rate sustained in the same search {answers}: "
+          f"max/min {max(answers) / min(answers):.3f}")
     assert max(answers) / min(answers) <= 1.15, answers
+
+
+def _sustained(points, fallback: float) -> tuple[float, str]:
+    """The rate the server completed while overloaded in one search: the median completion rate of the points
+    that fell behind (completions < 95% of sends, so the server ran flat out for the whole window). Without
+    such a point (every failure was on latency alone), the closed-loop capacity measured before the search."""
+    behind = sorted(p.achieved_rps for p in points
+                    if p.offered.rate and p.client.sent_rps > 0 and p.achieved_rps < 0.95 * p.client.sent_rps)
+    if not behind:
+        return fallback, "no overloaded point: the closed-loop capacity"
+    return float(statistics.median(behind)), f"median of {len(behind)} overloaded points {behind}"
