@@ -90,16 +90,28 @@ def load_embedder(path: str | Path, device: str | None = None):
     return load_backend(cand.backend).prepare(spec, cand, dev, root / ".work")
 
 
-def load_model(path_or_name: str | Path, device: str = "cpu", pooling: str | None = None):
-    """An Embedder for an artifact, or an untuned model directory / alias (PyTorch eager fp32)."""
+def load_model(path_or_name: str | Path, device: str = "cpu", pooling: str | None = None, task: str | None = None,
+               prompts: dict[str, str] | None = None, default_prompt_name: str | None = None):
+    """An Embedder for an artifact, or an untuned model directory / alias (PyTorch eager fp32).
+    `prompts` / `default_prompt_name` add to (or override) the model's or artifact's own prompts."""
     from infertune.models.resolve import resolve_model
 
     ref = resolve_model(path_or_name)
     if ref.format == "artifact":
-        return load_embedder(ref.path, device)
+        emb = load_embedder(ref.path, device)
+        if prompts or default_prompt_name:
+            import dataclasses
+
+            merged = {**emb.spec.prompts, **(prompts or {})}
+            default = default_prompt_name or emb.spec.default_prompt_name
+            if default is not None and default not in merged:
+                raise InfertuneError(f"default prompt {default!r} is not among the prompts "
+                                     f"({', '.join(sorted(merged)) or 'none'})")
+            emb.spec = dataclasses.replace(emb.spec, prompts=merged, default_prompt_name=default)
+        return emb
     from infertune.backends.torch_eager import TorchEager
     from infertune.models.embedding import embedding_spec
     from infertune.tasks.embedding.candidates import reference
 
-    spec = embedding_spec(ref, pooling)
+    spec = embedding_spec(ref, pooling, task, prompts, default_prompt_name)
     return TorchEager.prepare(spec, reference(device), device, Path(".infertune-work"))

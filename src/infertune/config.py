@@ -107,6 +107,10 @@ class TuneConfig(BaseModel):
     candidate_timeout_s: float = Field(600, gt=0)
     threads: int | None = None
     pooling: str | None = None  # override for plain HF encoders: mean | cls | last
+    # embed | generate: what the model is for, when its files do not say (infertune.models.kind decides otherwise)
+    task: Literal["embed", "generate"] | None = None
+    # embeddings: verify candidates on the first N dimensions (Matryoshka; what the user will request)
+    dimensions: int | None = Field(None, ge=1)
     write_artifact: bool = True
     sensitivity: bool = True
     lm_accuracy: LMAccuracyBudget = LMAccuracyBudget()  # causal LMs (issue 6)

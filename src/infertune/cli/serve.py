@@ -9,7 +9,9 @@ import typer
 
 HELP = """Serve an embedding model over an OpenAI-compatible HTTP API, with dynamic batching.
 
-MODEL is a `tune` artifact directory (batching is then sized from its measurements), a sentence-transformers / Hugging Face encoder directory, or an alias (minilm) served untuned.
+MODEL is a `tune` artifact directory (batching is then sized from its measurements), a sentence-transformers / Hugging Face encoder directory, a decoder embedder (e.g. Qwen3-Embedding; a plain *ForCausalLM directory needs --task embed unless its name says embedding), or an alias (minilm) served untuned.
+
+Beyond OpenAI's fields, a request may send "dimensions": N (1..full size: the first N dims, renormalised, Matryoshka style) and "prompt_name": NAME (one of the model's instruction prompts, prepended to every text, as TEI does; see /v1/models for the names).
 
 \b
 Routes:
@@ -27,6 +29,19 @@ Examples:
 Batching: items are tokenized, length-sorted within a short window and packed while items x longest <= --batch-tokens (and, on CPU, padded/real tokens <= --max-padding), waiting at most --max-wait-ms for company. With --max-queue requests in flight the next one gets 429 with Retry-After. Over-length input gets 400 naming the limit unless --truncate. SIGTERM/SIGINT: /ready fails, connections are still accepted for --drain-s, then everything accepted is answered and the process exits 0 (a second signal stops at once).
 
 Processes: on CPU one process by default (HTTP + tokenizer threads + the model). With --frontends N (default on GPUs: half the cores, at most 8 per GPU) N frontend processes share the port (HTTP, JSON, tokenization, rendering) and one engine process per device (--devices) owns the model and the batching; a dead engine is restarted, /metrics adds up every process. --ceiling measures the forward-only items/s to compare a bench run with."""
+
+
+def parse_prompts(items: list[str] | None) -> dict[str, str]:
+    from infertune.errors import InfertuneError
+
+    out = {}
+    for item in items or []:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise InfertuneError(f"--prompt takes NAME=TEXT (e.g. --prompt 'query=Instruct: find the answer\\nQuery:'), "
+                                 f"got {item!r}")
+        out[name.strip()] = text.encode().decode("unicode_escape") if "\\n" in text else text
+    return out
 
 
 def register(app: typer.Typer) -> None:
@@ -62,6 +77,10 @@ def serve_cmd(
     ceiling: Annotated[bool, typer.Option("--ceiling", help="do not serve: measure the forward-only ceiling (items/s with nothing but the model running, batches packed as the server packs them) on --workload's texts, print it and exit; compare with `infertune bench` against the server")] = False,
     workload: Annotated[str | None, typer.Option(help="with --ceiling: JSONL/text of inputs (default: the embedded sample)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the ServeResult as JSON to stdout on exit")] = False,
+    task: Annotated[str | None, typer.Option(help="embed: serve a causal-LM checkpoint (*ForCausalLM) as an embedder, e.g. a decoder embedder without modules.json (default: decided from the model's files)")] = None,
+    pooling: Annotated[str | None, typer.Option(help="override the model's pooling: mean|cls|max|last|mean_sqrt_len")] = None,
+    prompt: Annotated[list[str] | None, typer.Option(help="NAME=TEXT: an instruction prompt a request picks with \"prompt_name\": NAME (repeatable; adds to the model's config_sentence_transformers.json prompts)")] = None,
+    default_prompt_name: Annotated[str | None, typer.Option(help="the prompt applied when a request names none (default: the model's own default, else none)")] = None,
 ) -> None:
     from infertune.errors import InfertuneError
     from infertune.serve.app import serve
@@ -92,6 +111,7 @@ def serve_cmd(
         request_timeout_s=request_timeout_s, truncate=truncate, graceful_timeout_s=graceful_timeout_s,
         log_level=log_level, worker_process=worker_process, worker_timeout_s=worker_timeout_s, drain_s=drain_s,
         frontends=frontends, devices=[d.strip() for d in devices.split(",") if d.strip()] if devices else None,
+        task=task, pooling=pooling, prompts=parse_prompts(prompt), default_prompt_name=default_prompt_name,
     )
     result = serve(cfg)
     typer.echo(f"stopped after {result.uptime_s} s: {result.items} items in {result.batches} batches; "

@@ -1,13 +1,16 @@
 """Embedding models: read how a model pools and normalises, load its tokenizer and encoder.
 
-Supports a sentence-transformers directory (modules.json + 1_Pooling/config.json + optional Normalize),
-a plain Hugging Face encoder directory (mean pooling by default, configurable) and the embedded MiniLM.
+Supports a sentence-transformers directory (modules.json + 1_Pooling/config.json + optional Normalize,
+prompts from config_sentence_transformers.json), a plain Hugging Face encoder directory (mean pooling by
+default, configurable), a decoder published as a causal LM and used as an embedder (last-token pooling and
+normalisation by default, as Qwen3-Embedding, gte-Qwen2 and e5-mistral do), a config.json alone (random
+weights, materialised once: for speed only) and the embedded MiniLM.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,22 @@ class EmbeddingSpec:
     max_length: int = 512
     dim: int = 0
     source_format: str = "hf"
+    arch: str = "encoder"  # encoder | decoder (a causal LM's body used as an embedder)
+    # instruction prompts by name, prepended to the text before tokenization (sentence-transformers' way), e.g.
+    # {"query": "Instruct: ...\nQuery:", "document": ""}; default_prompt_name applies when a request names none
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
+    random_weights: bool = False  # materialised from a config.json: speed only, answers mean nothing
+
+    def prompt(self, name: str | None) -> str:
+        """The text to prepend for prompt `name` (None: the default prompt, if any)."""
+        name = name if name is not None else self.default_prompt_name
+        if name is None:
+            return ""
+        if name not in self.prompts:
+            known = ", ".join(sorted(self.prompts)) or "none"
+            raise InfertuneError(f"unknown prompt name {name!r}; this model's prompts: {known}")
+        return self.prompts[name]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,21 +71,45 @@ def _st_pooling(cfg: dict) -> str:
     return "mean"
 
 
-def embedding_spec(model: str | Path | ModelRef, pooling: str | None = None) -> EmbeddingSpec:
-    """Describe an embedding model from its files (no weights are loaded)."""
+def _prompts(root: Path) -> tuple[dict[str, str], str | None]:
+    f = root / "config_sentence_transformers.json"
+    if not f.exists():
+        return {}, None
+    cfg = _read_json(f)
+    prompts = {str(k): str(v) for k, v in (cfg.get("prompts") or {}).items()}
+    default = cfg.get("default_prompt_name")
+    return prompts, (default if default in prompts else None)
+
+
+def embedding_spec(model: str | Path | ModelRef, pooling: str | None = None, task: str | None = None,
+                   prompts: dict[str, str] | None = None, default_prompt_name: str | None = None) -> EmbeddingSpec:
+    """Describe an embedding model from its files (no weights are loaded). `prompts` / `default_prompt_name`
+    override or extend what the model's config_sentence_transformers.json says."""
+    from infertune.models.kind import config_file, model_kind
+
     ref = model if isinstance(model, ModelRef) else resolve_model(model)
     if pooling is not None and pooling not in POOLINGS:
         raise InfertuneError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
-    if ref.format not in ("sentence-transformers", "hf"):
+    if ref.format not in ("sentence-transformers", "hf", "config"):
         raise InfertuneError(
-            f"{ref.name} is a {ref.format} model; embedding tune needs a sentence-transformers or "
-            "Hugging Face encoder directory with weights"
+            f"{ref.name} is a {ref.format} model; embedding needs a sentence-transformers or Hugging Face "
+            "directory (or a config.json for random weights)"
         )
-    path = ref.path
+    kind = model_kind(ref, task)
+    if kind.task != "embed":
+        raise InfertuneError(f"{ref.name} is a causal LM ({kind.why}); pass --task embed to use it as an embedder")
+    path, random_weights = ref.path, False
+    if ref.format == "config":
+        from infertune.models.random_weights import materialise
+
+        path, random_weights = materialise(config_file(ref), kind.arch), True
     cfg = _read_json(path / "config.json")
     max_len = int(cfg.get("max_position_embeddings", 512))
-    normalize, pool = False, "mean"
+    decoder = kind.arch == "decoder"
+    # a decoder embedder reads the last token (its only token that saw the whole text) and is compared by cosine
+    normalize, pool = decoder, "last" if decoder else "mean"
     if ref.format == "sentence-transformers":
+        normalize = False
         modules = json.loads((path / "modules.json").read_text())
         for m in modules:
             mtype = m.get("type", "")
@@ -81,10 +124,17 @@ def embedding_spec(model: str | Path | ModelRef, pooling: str | None = None) -> 
             sbert = ref.path / "sentence_bert_config.json"
         if sbert.exists():
             max_len = min(max_len, int(_read_json(sbert).get("max_seq_length", max_len)))
+    found, default = _prompts(ref.path)
+    found.update(prompts or {})
+    default = default_prompt_name if default_prompt_name is not None else default
+    if default is not None and default not in found:
+        raise InfertuneError(f"default prompt {default!r} is not among the model's prompts "
+                             f"({', '.join(sorted(found)) or 'none'}); add it with a prompt of that name")
     dim = int(cfg.get("hidden_size", 0))
     return EmbeddingSpec(
         name=ref.name, path=str(path), pooling=pooling or pool, normalize=normalize,
-        max_length=max_len, dim=dim, source_format=ref.format,
+        max_length=max_len, dim=dim, source_format=ref.format, arch=kind.arch, prompts=found,
+        default_prompt_name=default, random_weights=random_weights,
     )
 
 
@@ -110,6 +160,8 @@ def load_encoder(spec: EmbeddingSpec, dtype: str = "fp32", device: str = "cpu", 
         model = AutoModel.from_pretrained(spec.path, **kwargs)
     except Exception as e:  # noqa: BLE001
         raise InfertuneError(f"cannot load encoder weights from {spec.path}: {e}") from e
+    if spec.arch == "decoder":
+        model.config.use_cache = False  # one forward per batch: no KV cache to build (nor to trace on export)
     return model.eval().to(device)
 
 
@@ -123,7 +175,10 @@ def pool(hidden, mask, kind: str):
     elif kind == "max":
         out = hidden.masked_fill(m == 0, torch.finfo(hidden.dtype).min).amax(1)
     elif kind == "last":
-        idx = mask.sum(1).clamp(min=1) - 1
+        # the last position the mask keeps, whichever side the batch was padded on (left-padded decoders put
+        # every row's last token at the end; right-padded rows end at their own length); an all-pad row reads 0
+        pos = torch.arange(mask.shape[1], device=mask.device).unsqueeze(0)
+        idx = (mask.to(pos.dtype) * (pos + 1)).amax(1).clamp(min=1) - 1
         out = hidden[torch.arange(hidden.shape[0], device=hidden.device), idx]
     else:
         s = (hidden * m).sum(1)

@@ -48,7 +48,8 @@ def _load(st: State) -> None:
             from infertune.serve.supervisor import SupervisedModel
 
             emb = SupervisedModel(st.cfg.model, st.settings.device, st.settings.threads, st.metrics,
-                                  _warmup_texts(), forward_timeout_s=st.cfg.worker_timeout_s).start()
+                                  _warmup_texts(), forward_timeout_s=st.cfg.worker_timeout_s,
+                                  load_opts=st.cfg.load_options()).start()
             st.embedder = emb  # so shutdown closes the worker even if what follows fails
             st.metrics.watch_worker(lambda: emb.worker_pid)
         else:
@@ -58,7 +59,7 @@ def _load(st: State) -> None:
                 torch.set_num_threads(st.settings.threads)
             from infertune.artifact import load_model
 
-            emb = load_model(st.cfg.model, st.settings.device)
+            emb = load_model(st.cfg.model, st.settings.device, **st.cfg.load_options())
         tok = emb.tokenizer
         st.vocab_size = len(tok) if hasattr(tok, "__len__") else int(getattr(tok, "vocab_size", 2**31 - 1))
         marker = os.environ.get(FAULT_ENV)
@@ -130,7 +131,8 @@ def serve(config: ServeConfig) -> ServeResult:
     if manifest is None:
         from infertune.models.embedding import embedding_spec
 
-        embedding_spec(ref)  # says clearly when this is not an encoder
+        o = config.load_options()  # says clearly when this is not an embedder, or a prompt is unknown
+        embedding_spec(ref, o["pooling"], o["task"], o["prompts"], o["default_prompt_name"])
     for mod, pkg in (("fastapi", "fastapi"), ("uvicorn", "uvicorn"), ("prometheus_client", "prometheus-client")):
         if importlib.util.find_spec(mod) is None:
             raise InfertuneError(f"serving needs {pkg}: pip install 'infertune[serve]'")

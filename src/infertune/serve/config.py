@@ -52,10 +52,24 @@ class ServeConfig(BaseModel):
     devices: list[str] | None = Field(None, description=(
         "cuda devices to serve on, one engine process each (e.g. ['cuda:0', 'cuda:1']); default: every "
         "visible GPU when the device is cuda"))
+    task: Literal["embed"] | None = Field(None, description=(
+        "embed: serve a causal-LM checkpoint as an embedder (decoder embedders published as *ForCausalLM, e.g. "
+        "Qwen3-Embedding without modules.json); default: decided from the model's files (infertune.models.kind)"))
+    pooling: str | None = Field(None, description="override the pooling: mean | cls | max | last | mean_sqrt_len")
+    prompts: dict[str, str] = Field(default_factory=dict, description=(
+        "instruction prompts by name, added to (or replacing) the model's own from config_sentence_transformers"
+        ".json; a request picks one with the non-OpenAI field 'prompt_name' (as TEI does)"))
+    default_prompt_name: str | None = Field(None, description=(
+        "the prompt applied when a request names none (default: the model's own default_prompt_name, else none)"))
     log_level: str = "warning"
     worker_process: bool = False  # run the model in a supervised child process, restarted when it dies
     worker_timeout_s: float = Field(60.0, gt=0, description="a forward pass the worker does not answer within "
                                     "this is treated as a stall: the worker is killed and restarted")
+
+    def load_options(self) -> dict[str, Any]:
+        """What artifact.load_model needs besides the model and device (passed to every engine process)."""
+        return {"task": self.task, "pooling": self.pooling, "prompts": dict(self.prompts),
+                "default_prompt_name": self.default_prompt_name}
 
 
 class Settings(BaseModel):

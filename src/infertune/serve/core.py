@@ -30,7 +30,7 @@ def _error(e: BaseException) -> tuple[int, str, str, str | None]:
 
 
 def engine_main(conn: Any, index: int, model: str, device: str, threads: int | None, warmup: list[str],
-                run_dir: str, settings: dict[str, Any], restarts: int) -> None:
+                run_dir: str, settings: dict[str, Any], restarts: int, load_opts: dict[str, Any] | None = None) -> None:
     """The engine process (a multiprocessing target)."""
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, signal.SIG_IGN)
@@ -56,7 +56,7 @@ def engine_main(conn: Any, index: int, model: str, device: str, threads: int | N
             torch.set_num_threads(threads or 1)
         from infertune.artifact import load_model
 
-        emb = load_model(model, device)
+        emb = load_model(model, device, **(load_opts or {}))
         metrics = Metrics()
         if restarts:
             metrics.worker_restarts.inc()

@@ -318,7 +318,8 @@ class Engine:
                     j.remaining -= 1
                     if j.remaining == 0:
                         self._finish(j, result=j.out if self.raw else
-                                     render(j.out, j.req.encoding_format, j.served_name, j.tokens))
+                                     render(j.out, j.req.encoding_format, j.served_name, j.tokens,
+                                                j.req.dimensions))
             except Exception as e:  # noqa: BLE001
                 log.exception("post-processing failed")
                 for j in {id(it.job): it.job for it in items}.values():

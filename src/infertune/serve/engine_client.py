@@ -131,8 +131,8 @@ class EngineClient:
         self.items += len(rows)
         tokens = sum(len(r) for r in rows)
         if big:
-            return await asyncio.to_thread(render, vec, req.encoding_format, served_name, tokens)
-        return render(vec, req.encoding_format, served_name, tokens)
+            return await asyncio.to_thread(render, vec, req.encoding_format, served_name, tokens, req.dimensions)
+        return render(vec, req.encoding_format, served_name, tokens, req.dimensions)
 
     def _tokenize(self, req: EmbeddingRequest) -> list[list[int]]:
         if req.texts is None:

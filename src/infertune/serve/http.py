@@ -197,7 +197,10 @@ def create_app(st: State):
         spec = st.embedder.spec if st.embedder is not None else None
         return {"object": "list", "data": [{
             "id": st.served[0], "object": "model", "created": int(st.started), "owned_by": "infertune",
-            "max_input_tokens": spec.max_length if spec else None, "dimensions": spec.dim if spec else None}]}
+            "max_input_tokens": spec.max_length if spec else None, "dimensions": spec.dim if spec else None,
+            "pooling": spec.pooling if spec else None,
+            "prompts": dict(getattr(spec, "prompts", {}) or {}) if spec else None,
+            "default_prompt_name": getattr(spec, "default_prompt_name", None) if spec else None}]}
 
     async def embeddings(request: Request):  # POSTs normally take Gate's fast path; this is the same code
         return Response(await embed(st, dict(request.scope["headers"]), request.stream()),
@@ -226,7 +229,8 @@ async def embed(st: State, headers: dict[bytes, bytes], chunks: Any) -> bytes:
     raw = await _read_body(headers.get(b"content-length"), chunks, cfg.max_body_bytes)
     spec = st.embedder.spec
     kw = dict(served=st.served, dim=spec.dim, vocab_size=st.vocab_size, max_length=spec.max_length,
-              max_items=cfg.max_items_per_request, truncate=cfg.truncate)
+              max_items=cfg.max_items_per_request, truncate=cfg.truncate, prompts=spec.prompts,
+              default_prompt=spec.default_prompt_name)
     if len(raw) > 256 * 1024:  # keep the event loop free while a big body is parsed
         req = await anyio.to_thread.run_sync(lambda: parse_request(raw, **kw))
     else:

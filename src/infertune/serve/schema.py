@@ -36,6 +36,7 @@ class EmbeddingRequest:
     ids: list[list[int]] | None
     model: str
     encoding_format: str
+    dimensions: int | None = None  # Matryoshka: the first N dims, renormalised (None: all of them)
 
     @property
     def n(self) -> int:
@@ -51,8 +52,13 @@ def _is_int(x: Any) -> bool:
 
 
 def parse_request(raw: bytes, *, served: list[str], dim: int, vocab_size: int, max_length: int,
-                  max_items: int, truncate: bool) -> EmbeddingRequest:
-    """Validate an embeddings request body; raise ApiError saying exactly what is wrong."""
+                  max_items: int, truncate: bool, prompts: dict[str, str] | None = None,
+                  default_prompt: str | None = None) -> EmbeddingRequest:
+    """Validate an embeddings request body; raise ApiError saying exactly what is wrong.
+
+    Beyond OpenAI's fields: `prompt_name` (as in TEI and sentence-transformers) picks one of the model's
+    instruction prompts, prepended to every text input (not to token ids); without it `default_prompt`
+    (the server's --default-prompt-name, else the model's own default) applies."""
     try:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -75,9 +81,15 @@ def parse_request(raw: bytes, *, served: list[str], dim: int, vocab_size: int, m
     if not isinstance(enc, str) or enc not in ENCODINGS:
         raise _bad(f"'encoding_format' must be 'float' or 'base64', got {enc!r}", "encoding_format")
     dims = body.get("dimensions")
-    if dims is not None and (not _is_int(dims) or dims != dim):
-        raise _bad(f"'dimensions' must be {dim} for this model (it does not support shortened embeddings), "
-                   f"got {dims!r}", "dimensions")
+    if dims is not None and (not _is_int(dims) or not 1 <= dims <= dim):
+        raise _bad(f"'dimensions' must be an integer from 1 to {dim} (this model's full size; fewer keeps the "
+                   f"first N and renormalises them, Matryoshka style), got {dims!r}", "dimensions")
+    prompts = prompts or {}
+    prompt_name = body.get("prompt_name", default_prompt)
+    if prompt_name is not None and (not isinstance(prompt_name, str) or prompt_name not in prompts):
+        known = ", ".join(repr(k) for k in sorted(prompts)) or "none (this model has no prompts)"
+        raise _bad(f"'prompt_name' must name one of this model's prompts: {known}; got {prompt_name!r}",
+                   "prompt_name")
     user = body.get("user")
     if user is not None and not isinstance(user, str):
         raise _bad("'user' must be a string", "user")
@@ -85,6 +97,8 @@ def parse_request(raw: bytes, *, served: list[str], dim: int, vocab_size: int, m
         raise _bad("'input' is required: a string, a list of strings, a list of token ids or a list of them",
                    "input")
     texts, ids = _parse_input(body["input"], max_items)
+    if texts is not None and prompt_name is not None and prompts[prompt_name]:
+        texts = [prompts[prompt_name] + t for t in texts]
     if ids is not None:
         for i, row in enumerate(ids):
             bad = next((t for t in row if t < 0 or t >= vocab_size), None)
@@ -95,7 +109,8 @@ def parse_request(raw: bytes, *, served: list[str], dim: int, vocab_size: int, m
                 raise _bad(f"input[{i}] has {len(row)} tokens; this model's limit is {max_length} tokens. "
                            "Shorten it, or start the server with --truncate", "input", "context_length_exceeded")
         ids = [row[:max_length] for row in ids]
-    return EmbeddingRequest(texts=texts, ids=ids, model=model, encoding_format=enc)
+    return EmbeddingRequest(texts=texts, ids=ids, model=model, encoding_format=enc,
+                            dimensions=dims if dims is not None and dims < dim else None)
 
 
 def _parse_input(x: Any, max_items: int) -> tuple[list[str] | None, list[list[int]] | None]:
@@ -143,10 +158,20 @@ def encode_rows(vectors: np.ndarray, encoding: str) -> list[Any]:
     return vectors.astype(np.float32).tolist()
 
 
-def render(vectors: np.ndarray, encoding: str, model: str, prompt_tokens: int) -> bytes:
+def shorten(vectors: np.ndarray, dimensions: int | None) -> np.ndarray:
+    """Matryoshka: the first `dimensions` of each row, renormalised to unit length (None: unchanged)."""
+    if dimensions is None:
+        return vectors
+    v = np.asarray(vectors, dtype=np.float32)[:, :dimensions]
+    return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+
+
+def render(vectors: np.ndarray, encoding: str, model: str, prompt_tokens: int,
+           dimensions: int | None = None) -> bytes:
     """The response body of POST /v1/embeddings. With orjson installed (the serve extra) float rows are
     written straight from the float32 array (shortest round-trip float32 text, ~15x faster than json's
     float repr, which cost 0.2 ms per 384-dim row and a few % of a core under load)."""
+    vectors = shorten(vectors, dimensions)
     if encoding == "float" and _orjson is not None:
         v = np.ascontiguousarray(vectors, dtype=np.float32)
         body = {"object": "list",

@@ -83,7 +83,7 @@ def await_ready(proc: Any, conn: Any, who: str, timeout_s: float | None = None,
 
 
 def _child_main(conn: Any, model: str, device: str, threads: int | None, warmup: list[str], send_tokenizer: bool,
-                ) -> None:
+                load_opts: dict[str, Any] | None = None) -> None:
     """The worker: load, warm up, then answer forward requests until the pipe closes or None arrives.
     It ignores SIGINT/SIGTERM: the server decides when it stops (a Ctrl-C reaches the whole group)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -99,7 +99,7 @@ def _child_main(conn: Any, model: str, device: str, threads: int | None, warmup:
             torch.set_num_threads(threads)
         from infertune.artifact import load_model
 
-        emb = load_model(model, device)
+        emb = load_model(model, device, **(load_opts or {}))
         ids = sorted(emb.token_ids(warmup), key=len)
         for rows in (ids[:4], ids[-2:], ids[:1]):
             emb.forward(emb.collate(rows))
@@ -138,8 +138,10 @@ class SupervisedModel(Embedder):
     """An Embedder whose forward pass runs in a supervised child process."""
 
     def __init__(self, model: str, device: str, threads: int | None, metrics: Any, warmup: list[str],
-                 forward_timeout_s: float = 60.0, load_timeout_s: float = 600.0):
+                 forward_timeout_s: float = 60.0, load_timeout_s: float = 600.0,
+                 load_opts: dict[str, Any] | None = None):
         self._model, self._device, self._threads, self._warmup = model, device, threads, warmup
+        self._load_opts = load_opts
         self.m = metrics
         self.forward_timeout_s = forward_timeout_s
         self.load_timeout_s = load_timeout_s
@@ -171,7 +173,7 @@ class SupervisedModel(Embedder):
         parent, child = self._ctx.Pipe()
         proc = self._ctx.Process(target=_child_main, name="infertune-model-worker", daemon=True,
                                  args=(child, self._model, self._device, self._threads, self._warmup,
-                                       send_tokenizer))
+                                       send_tokenizer, self._load_opts))
         proc.start()
         child.close()  # so the parent's end sees EOF when the child dies
         info = await_ready(proc, parent, "model worker", self.load_timeout_s)

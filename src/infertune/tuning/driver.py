@@ -33,24 +33,19 @@ def write(result: TuneResult, out: Path) -> None:
 
 def make_task(cfg: TuneConfig, console, candidates=None):
     """The task for the model's family (embedding, causal LM)."""
+    from infertune.models.kind import model_kind
     from infertune.models.resolve import resolve_model
 
     ref = resolve_model(cfg.model)
-    if ref.format in ("gguf", "config") or (ref.format == "hf" and _is_causal(ref.path)):
+    kind = model_kind(ref, cfg.task)
+    console.print(f"model: {ref.name} is a {kind.label} ({kind.why})", highlight=False)
+    if kind.task == "generate":
         from infertune.tasks.causal_lm.task import CausalLMTask
 
         return CausalLMTask(cfg, console, ref)
     from infertune.tasks.embedding.task import EmbeddingTask
 
     return EmbeddingTask(cfg, console, ref, candidates)
-
-
-def _is_causal(path: Path) -> bool:
-    try:
-        arch = json.loads((path / "config.json").read_text()).get("architectures") or []
-    except (OSError, json.JSONDecodeError):
-        return False
-    return any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in arch)
 
 
 def tune(config: TuneConfig | None = None, quiet: bool = False, candidates: list | None = None) -> TuneResult:

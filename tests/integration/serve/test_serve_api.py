@@ -95,7 +95,8 @@ MALFORMED = [
     ("over-length-ids", dict(json={"model": "minilm", "input": [[101] * 300]}), 400),
     ("bad-encoding", dict(json={"model": "minilm", "input": "hi", "encoding_format": "binary"}), 400),
     ("encoding-not-string", dict(json={"model": "minilm", "input": "hi", "encoding_format": 1}), 400),
-    ("wrong-dimensions", dict(json={"model": "minilm", "input": "hi", "dimensions": 3}), 400),
+    ("dimensions-too-many", dict(json={"model": "minilm", "input": "hi", "dimensions": 385}), 400),
+    ("dimensions-zero", dict(json={"model": "minilm", "input": "hi", "dimensions": 0}), 400),
     ("dimensions-string", dict(json={"model": "minilm", "input": "hi", "dimensions": "384"}), 400),
     ("user-not-string", dict(json={"model": "minilm", "input": "hi", "user": 5}), 400),
     ("huge-body", dict(json={"model": "minilm", "input": ["x" * 1000] * 1100}), 413),
@@ -170,3 +171,28 @@ def test_metrics_parse_and_move(minilm_server):
     assert metric(url, "infertune_batch_padding_ratio_count") > 0
     assert metric(url, "infertune_queue_depth") == 0
     assert metric(url, "infertune_ready") == 1
+
+
+def test_openai_client_dimensions_are_the_first_n_renormalised(minilm_server, direct):
+    """The official `openai` client against serve: `dimensions=256` gives 256-dim unit vectors equal to the
+    first 256 of the full vector, renormalised (Matryoshka shortening, as OpenAI's text-embedding-3 does)."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=minilm_server.url + "/v1", api_key="unused", max_retries=0)
+    texts = ["a cat sat on the mat", "quarterly revenue rose 4% on cloud demand", "¿dónde está la biblioteca?"]
+    full = client.embeddings.create(model="minilm", input=texts, encoding_format="float")
+    short = client.embeddings.create(model="minilm", input=texts, dimensions=256, encoding_format="float")
+    f = np.array([d.embedding for d in full.data], dtype=np.float32)
+    s = np.array([d.embedding for d in short.data], dtype=np.float32)
+    assert f.shape == (3, direct.spec.dim) and s.shape == (3, 256)
+    want = f[:, :256] / np.linalg.norm(f[:, :256], axis=1, keepdims=True)
+    print(f"dimensions=256: norms {np.linalg.norm(s, axis=1)}, max |diff| vs renormalised prefix "
+          f"{np.abs(s - want).max():.2e}", file=sys.stderr)
+    assert np.allclose(np.linalg.norm(s, axis=1), 1.0, atol=1e-5)
+    assert np.abs(s - want).max() < 1e-5
+    # the client's default (base64) path decodes to the same 256 floats
+    b64 = client.embeddings.create(model="minilm", input=texts[:1], dimensions=256)
+    assert np.abs(np.array(b64.data[0].embedding, dtype=np.float32) - s[0]).max() < 1e-6
+    # out of range: OpenAI-shaped 400 naming the field
+    r = httpx.post(minilm_server.url + "/v1/embeddings", json={"model": "minilm", "input": "x", "dimensions": 385})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "dimensions", r.text
