@@ -261,3 +261,42 @@ def test_embedding_model_over_nodes_is_a_user_mistake(minilm_artifact, tmp_path)
 
     with pytest.raises(InfertuneError, match="--replicas"):
         deploy(DeployConfig(source=str(minilm_artifact), out=tmp_path, nodes=2))
+
+
+@pytest.mark.parametrize("nodes,kind", [(1, "Deployment"), (2, "LeaderWorkerSet")])
+def test_vllm_hpa_scales_on_requests_waiting(tmp_path, nodes, kind):
+    out = tmp_path / "out"
+    r = deploy(DeployConfig(source=str(CONFIGS / "llama-3-70b.json"), out=out, gpu="H100", gpus=8, nodes=nodes,
+                            hpa=True, targets=["k8s"]))
+    docs = _written(r, out)
+    h = _kind(docs["k8s/llama-3-70b.yaml"], "HorizontalPodAutoscaler")
+    assert h["spec"]["scaleTargetRef"]["kind"] == kind
+    metric = h["spec"]["metrics"][0]["pods"]["metric"]["name"]
+    rules = docs["k8s/prometheus-adapter-values.yaml"][0]["rules"]["custom"]
+    (rule,) = [x for x in rules if x["name"]["as"] == metric]
+    assert rule["seriesQuery"].startswith("vllm:num_requests_waiting{")
+
+
+def test_cli_compose_only_with_host_path(minilm_artifact, tmp_path):
+    from typer.testing import CliRunner
+
+    from infertune.cli.main import app
+
+    res = CliRunner().invoke(app, ["deploy", str(minilm_artifact), "--out", str(tmp_path / "o"), "--target", "compose"])
+    assert res.exit_code == 0, res.output
+    assert [p.name for p in (tmp_path / "o").iterdir()] == ["compose.yaml"]
+    res = CliRunner().invoke(app, ["deploy", str(minilm_artifact), "--out", str(tmp_path / "k"), "--target", "k8s",
+                                   "--model-host-path", "/data/models/minilm"])
+    assert res.exit_code == 0, res.output
+    dep = _kind(_read(tmp_path / "k" / "k8s" / "all-minilm-l6-v2.yaml"), "Deployment")
+    assert dep["spec"]["template"]["spec"]["volumes"][0]["hostPath"] == {"path": "/data/models/minilm",
+                                                                          "type": "Directory"}
+
+
+def test_cli_user_mistake_exits_2_without_traceback(minilm_artifact, tmp_path):
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "infertune.cli.main", "deploy", str(minilm_artifact), "--nodes", "2",
+                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and "--replicas" in p.stderr
