@@ -34,7 +34,8 @@ def compose_file(cfg: DeployConfig, w: Workload, image: str) -> Obj:
             "environment": {"HF_HUB_OFFLINE": "1"},
         }
         if w.engine == "infertune-serve":
-            svc["command"] = ["infertune", *w.args]
+            svc["entrypoint"] = ["infertune"]
+            svc["command"] = w.args
             svc["environment"]["TOKENIZERS_PARALLELISM"] = "false"
             svc["healthcheck"] = _healthcheck("/ready", cfg.port, 120)
             svc["stop_grace_period"] = "75s"

@@ -51,8 +51,12 @@ def _serve_workload(cfg: DeployConfig, model_dir: Path, manifest: dict) -> Workl
         args += ["--devices", ",".join(str(i) for i in range(gpus))]
     threads = (manifest.get("tune") or {}).get("threads")
     notes = []
+    tuned_on = "cuda" if str(manifest.get("device", "cpu")).startswith("cuda") else "cpu"
     if manifest.get("format"):
         notes.append(f"tuned artifact {manifest.get('candidate_id', '')}: batching sized from its measurements")
+        if tuned_on != device:
+            notes.append(f"the artifact was tuned on {tuned_on} and is served on {device}: its pick and batch sizes "
+                         f"were measured there; run `infertune tune --device {device}` on the target for its own")
     else:
         notes.append("untuned encoder: run `infertune tune` and deploy the artifact to serve the fastest candidate")
     return Workload(engine="infertune-serve", name=name, served_name=str(manifest.get("model") or name),
