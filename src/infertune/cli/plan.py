@@ -27,6 +27,7 @@ def plan_cmd(
     max_num_batched_tokens: Annotated[int | None, typer.Option(help="vLLM's; sizes the profile-run activations")] = None,
     kv_cache_memory_gib: Annotated[float | None, typer.Option(help="KV memory if known (e.g. from a vLLM log)")] = None,
     fixed_shapes: Annotated[bool, typer.Option(help="inputs have fixed shapes (favours TensorRT)")] = False,
+    interconnect: Annotated[str, typer.Option(help="auto|nvlink|pcie between the node's GPUs (nvidia-smi topo -m)")] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON on stdout")] = False,
 ) -> None:
     """Weights per dtype, KV capacity at vLLM's memory fraction, max concurrency, smallest TP that fits,
@@ -38,7 +39,7 @@ def plan_cmd(
     r = plan(PlanConfig(
         model=model, gpu=gpu, gpus=gpus, workload=workload, context=context, concurrency=concurrency, dtype=dtype,
         kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization, gpu_memory_gib=gpu_memory_gib,
-        max_num_batched_tokens=max_num_batched_tokens, fixed_shapes=fixed_shapes,
+        max_num_batched_tokens=max_num_batched_tokens, fixed_shapes=fixed_shapes, interconnect=interconnect,
         kv_cache_memory_bytes=int(kv_cache_memory_gib * 2**30) if kv_cache_memory_gib else None,
     ))
     con = Console(stderr=True)

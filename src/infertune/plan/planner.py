@@ -44,6 +44,8 @@ class PlanConfig(BaseModel):
     non_torch_gib: float = Field(0.5, ge=0, description="CUDA context + library workspaces per GPU")
     nccl_gib: float = Field(0.5, ge=0, description="extra non-torch memory per GPU when TP > 1")
     fixed_shapes: bool = False
+    interconnect: Literal["auto", "nvlink", "pcie"] = Field(
+        "auto", description="between the GPUs of a node (nvidia-smi topo -m: NV# = nvlink); auto: SXM/HGX parts nvlink")
 
 
 class Engine(BaseModel):
@@ -100,6 +102,31 @@ def model_location(model: str) -> tuple[str, str]:
     d = mp.parent if mp.suffix == ".json" else mp
     d = d.resolve()
     return (d.name if mp.name == "config.json" else mp.name.removesuffix(".json")) or "model", str(d)
+
+
+def interconnect_of(g: dict[str, Any], given: str = "auto") -> str:
+    """SXM/HGX boards connect every GPU through NVLink switches; PCIe cards (NVL pairs, optional bridges
+    aside) and GeForce cards talk over PCIe."""
+    if given != "auto":
+        return given
+    n = g["name"].upper()
+    return "nvlink" if n.endswith("-SXM") or n.startswith("B200") else "pcie"
+
+
+def parallel_notes(g: dict[str, Any], tp: int, given: str = "auto") -> list[str]:
+    if tp <= 1:
+        return []
+    link = interconnect_of(g, given)
+    how = "given" if given != "auto" else f"assumed for {g['name']}; pass --interconnect if `nvidia-smi topo -m` says otherwise"
+    if link == "nvlink":
+        return [f"TP={tp} over NVLink ({how}): the per-layer all-reduces are cheap"]
+    out = [f"TP={tp} over PCIe ({how}): two all-reduces per layer cross PCIe, which costs decode latency; "
+           "if the model fits fewer GPUs, one replica per GPU behind a load balancer usually serves more, and "
+           "--pipeline-parallel-size sends activations only once per stage boundary"]
+    if g.get("kind") in ("consumer", "laptop"):
+        out.append("GeForce cards have no NVLink and peer-to-peer is often disabled: if NCCL hangs at start, try "
+                   "NCCL_P2P_DISABLE=1 (`infertune doctor explain` knows the signature)")
+    return out
 
 
 def moe_notes(a: Arch, gpus: int) -> list[str]:
@@ -281,6 +308,10 @@ def plan(cfg: PlanConfig) -> PlanResult:
         notes.append(f"{a.sliding_window_layers} sliding-window layers counted as full attention (KV overestimated)")
     notes.append("rooflines use the spec bandwidth and dense peak (an upper bound on speed); measured decode on an "
                  "H200 reaches ~86% of spec bandwidth for copies, less for small models with per-layer overheads")
+    notes += parallel_notes(g, use_tp, cfg.interconnect)
+    notes.append(f"vLLM (V1) runs chunked prefill and prefix caching by default: --max-num-batched-tokens {batched} "
+                 "caps the tokens per step (smaller: steadier inter-token latency; larger: faster prefill and "
+                 "throughput); prompts sharing a prefix (system prompt, few-shot) reuse its KV blocks")
     notes.append(f"activation peak modelled for max_num_batched_tokens={batched}, max_num_seqs={seqs}; "
                  f"non-torch memory {cfg.non_torch_gib} GiB per GPU (+{cfg.nccl_gib} GiB with TP > 1)")
     engine = _engine(a, g, dtype, conc, tp is not None, cfg)

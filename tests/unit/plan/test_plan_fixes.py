@@ -115,3 +115,20 @@ def test_pipeline_parallel_halves_weights_and_kv_per_gpu():
 def test_moe_model_gets_expert_parallel_advice_with_several_gpus():
     r = plan(PlanConfig(model=DSV2, gpu="H100", gpus=2, tensor_parallel_size=2, context=8192))
     assert any("--enable-expert-parallel" in n for n in r.notes)
+
+
+def test_tensor_parallel_over_pcie_is_flagged_and_nvlink_is_not():
+    pcie = plan(PlanConfig(model=LLAMA, gpu="H100 PCIe", gpus=2, tensor_parallel_size=2, context=8192))
+    assert any("TP=2 over PCIe (assumed for H100-PCIe" in n for n in pcie.notes)
+    sxm = plan(PlanConfig(model=LLAMA, gpu="H100", gpus=2, tensor_parallel_size=2, context=8192))
+    assert any("TP=2 over NVLink" in n for n in sxm.notes) and not any("over PCIe" in n for n in sxm.notes)
+    bridged = plan(PlanConfig(model=LLAMA, gpu="H100 PCIe", gpus=2, tensor_parallel_size=2, context=8192,
+                              interconnect="nvlink"))
+    assert any("TP=2 over NVLink (given)" in n for n in bridged.notes)
+    geforce = plan(PlanConfig(model=LLAMA, gpu="RTX-4090", gpus=2, tensor_parallel_size=2, context=4096))
+    assert any("NCCL_P2P_DISABLE=1" in n for n in geforce.notes)
+
+
+def test_chunked_prefill_and_prefix_caching_guidance_names_the_batched_tokens():
+    r = plan(PlanConfig(model=LLAMA, gpu="L4", context=4096, max_num_batched_tokens=4096))
+    assert any("--max-num-batched-tokens 4096" in n and "prefix caching" in n for n in r.notes)
