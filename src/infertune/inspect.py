@@ -54,7 +54,29 @@ class InspectResult(BaseModel):
     head_dim: int
     sensitivity: list[dict[str, Any]] = []
     sensitivity_source: str | None = None
+    notes: list[str] = []
     wall_s: float
+
+
+FLOP_DISAGREEMENT = 0.10  # counter vs analytic: beyond this the figures are flagged, not silently both printed
+
+
+def flop_notes(counted: dict[str, float], analytic: dict[str, float], experts: int = 0, active: int = 0) -> list[str]:
+    """A note per phase where torch's counter and the analytic count differ by more than 10%."""
+    out = []
+    for ph, c in counted.items():
+        an = analytic.get(ph)
+        if not an or not c or abs(c - an) / an <= FLOP_DISAGREEMENT:
+            continue
+        why = (f"MoE ({active} of {experts} experts per token): the counter sees whatever experts the router "
+               "picks on meta tensors (no real weights) and however the implementation dispatches them; the "
+               f"analytic figure counts exactly {active} routed (+ shared) experts per token, so prefer it and "
+               "treat the counter as unverified for this model" if experts else
+               "an operation the analytic model does not cover (or counts differently) dominates; check the "
+               "per-layer table")
+        out.append(f"{ph}: FLOP counter {c / 1e9:.2f} vs analytic {an / 1e9:.2f} GFLOP/token "
+                   f"({(c - an) / an:+.0%}); {why}")
+    return out
 
 
 def _st_dtypes(d: Path) -> dict[str, str]:
@@ -208,5 +230,6 @@ def inspect_model(cfg: InspectConfig | str) -> InspectResult:
         dtype_source="safetensors headers" if st else f"config ({cfg_dtype})", flops_per_token=flops,
         flops_per_token_by_layer=dict(sorted(layers.items())), attention_flops_share=share,
         flops_per_token_analytic=analytic, kv_bytes_per_token=a.kv_bytes_per_token(), kv_layout=layout,
-        head_dim=a.head_dim, sensitivity=sens, sensitivity_source=src, wall_s=round(time.perf_counter() - t0, 2),
+        head_dim=a.head_dim, sensitivity=sens, sensitivity_source=src,
+        notes=flop_notes(flops, analytic, a.experts, a.experts_per_tok), wall_s=round(time.perf_counter() - t0, 2),
     )

@@ -47,6 +47,8 @@ def inspect_cmd(
                   f"{100 * r.attention_flops_share[ph]:.1f}%", highlight=False)
     con.print(f"KV cache: {r.kv_bytes_per_token} bytes/token ({r.kv_layout}, head_dim {r.head_dim}); "
               f"counted in {r.wall_s:.1f} s", highlight=False)
+    for n in r.notes:
+        con.print(f"[yellow]note:[/] {n}", highlight=False)
     for s in r.sensitivity[:10]:
         con.print(f"  sensitivity {s['layer']:<50} drop {s['drop']:.2e}", highlight=False)
     if as_json:

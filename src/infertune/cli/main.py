@@ -19,7 +19,7 @@ app = typer.Typer(
 
 @app.callback()
 def _root() -> None:
-    """Commands: tune, serve, bench, doctor, inspect, plan, validate."""
+    """Commands: tune, serve, bench, doctor, inspect, plan, deploy, validate."""
 
 
 @app.command("version")
@@ -31,7 +31,7 @@ def _version() -> None:
 
 
 # each module defines register(app); they import nothing heavy at module level
-COMMANDS = ["tune", "serve", "bench", "doctor", "inspect", "plan", "validate"]
+COMMANDS = ["tune", "serve", "bench", "doctor", "inspect", "plan", "deploy", "validate"]
 for _name in COMMANDS:
     try:
         importlib.import_module(f"infertune.cli.{_name}").register(app)

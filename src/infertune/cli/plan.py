@@ -15,8 +15,8 @@ def register(app: typer.Typer) -> None:
 
 def plan_cmd(
     model: Annotated[str, typer.Argument(help="model directory or config.json (weights not needed)")],
-    gpu: Annotated[str, typer.Option(help="GPU name, e.g. H200, H100, A100-PCIe, L4, RTX-4090")],
-    gpus: Annotated[int | None, typer.Option(help="GPUs available (default: search TP up to 8)")] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU name, e.g. H200, H100, H100-PCIe, L4, RTX-4090 or what nvidia-smi prints (default: this host's GPU)")] = None,
+    gpus: Annotated[int | None, typer.Option(help="GPUs available for tensor parallel (default 1; a laptop part is always 1)")] = None,
     workload: Annotated[Path | None, typer.Option(help="JSONL of requests (prompt_tokens/output_tokens or text)")] = None,
     context: Annotated[int | None, typer.Option(help="max_model_len: prompt + output tokens per sequence")] = None,
     concurrency: Annotated[int | None, typer.Option(help="concurrent sequences to serve")] = None,
@@ -27,6 +27,7 @@ def plan_cmd(
     max_num_batched_tokens: Annotated[int | None, typer.Option(help="vLLM's; sizes the profile-run activations")] = None,
     kv_cache_memory_gib: Annotated[float | None, typer.Option(help="KV memory if known (e.g. from a vLLM log)")] = None,
     fixed_shapes: Annotated[bool, typer.Option(help="inputs have fixed shapes (favours TensorRT)")] = False,
+    interconnect: Annotated[str, typer.Option(help="auto|nvlink|pcie between the node's GPUs (nvidia-smi topo -m)")] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON on stdout")] = False,
 ) -> None:
     """Weights per dtype, KV capacity at vLLM's memory fraction, max concurrency, smallest TP that fits,
@@ -38,7 +39,7 @@ def plan_cmd(
     r = plan(PlanConfig(
         model=model, gpu=gpu, gpus=gpus, workload=workload, context=context, concurrency=concurrency, dtype=dtype,
         kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization, gpu_memory_gib=gpu_memory_gib,
-        max_num_batched_tokens=max_num_batched_tokens, fixed_shapes=fixed_shapes,
+        max_num_batched_tokens=max_num_batched_tokens, fixed_shapes=fixed_shapes, interconnect=interconnect,
         kv_cache_memory_bytes=int(kv_cache_memory_gib * 2**30) if kv_cache_memory_gib else None,
     ))
     con = Console(stderr=True)
@@ -53,7 +54,7 @@ def plan_cmd(
     con.print(f"KV: {r.kv_bytes_per_token / 1024:.1f} KiB/token ({r.kv_bytes_per_token_per_gpu / 1024:.1f} per GPU), "
               f"{r.kv_blocks} blocks = {r.kv_tokens} tokens; max concurrency at {r.context} tokens: {r.max_concurrency:.2f}x",
               highlight=False)
-    con.print(f"fits: {r.fits}; smallest TP: {r.tensor_parallel_size}; TP for {r.concurrency} sequences: "
+    con.print(f"fits: {r.fits}; --max-num-seqs {r.max_num_seqs}; smallest TP: {r.tensor_parallel_size}; TP for {r.concurrency} sequences: "
               f"{r.tensor_parallel_for_concurrency}; valid TP sizes: {r.valid_tp_sizes}", highlight=False)
     for d, x in r.roofline.items():
         pre = f"{x['prefill_ms']:.1f} ms" if x["prefill_ms"] is not None else "n/a (no published peak)"

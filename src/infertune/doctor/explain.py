@@ -26,6 +26,7 @@ class Signature:
     fix: str
     sources: tuple[str, ...]
     example: str
+    more_examples: tuple[str, ...] = ()
 
 
 @lru_cache(maxsize=1)
@@ -35,7 +36,7 @@ def catalogue() -> tuple[Signature, ...]:
         Signature(
             id=s["id"], title=s["title"], patterns=tuple(re.compile(p) for p in s["patterns"]),
             weak=tuple(re.compile(p) for p in s.get("weak", [])), cause=s["cause"], fix=s["fix"],
-            sources=tuple(s["sources"]), example=s["example"],
+            sources=tuple(s["sources"]), example=s["example"], more_examples=tuple(s.get("more_examples", ())),
         )
         for s in raw["sig"]
     )

@@ -17,7 +17,9 @@ def gpu_table() -> list[dict[str, Any]]:
 
 
 def _norm(s: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", s.lower().replace("nvidia", "").replace("geforce", ""))
+    """'NVIDIA GeForce RTX 4060 Laptop GPU' (what nvidia-smi prints) -> 'rtx4060laptop'."""
+    n = re.sub(r"[^a-z0-9]", "", s.lower().replace("nvidia", "").replace("geforce", ""))
+    return n.removesuffix("gpu") if n != "gpu" else n
 
 
 def find_gpu(name: str) -> dict[str, Any]:

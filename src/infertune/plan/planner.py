@@ -26,8 +26,10 @@ DTYPES = ("bf16", "fp8", "int8", "int4")
 
 class PlanConfig(BaseModel):
     model: str
-    gpu: str
-    gpus: int | None = Field(None, ge=1, description="GPUs available; default: search TP up to 8")
+    gpu: str | None = Field(None, description="GPU name; default: the local GPU (doctor's probes)")
+    gpus: int | None = Field(None, ge=1, description="GPUs available (per node); default 1")
+    tensor_parallel_size: int | None = Field(None, ge=1, description="use this TP instead of the smallest that fits")
+    pipeline_parallel_size: int = Field(1, ge=1, description="pipeline stages (nodes, the way vLLM splits over nodes)")
     workload: Path | None = None
     context: int | None = Field(None, gt=0, description="max_model_len: prompt + output tokens")
     concurrency: int | None = Field(None, gt=0)
@@ -42,6 +44,8 @@ class PlanConfig(BaseModel):
     non_torch_gib: float = Field(0.5, ge=0, description="CUDA context + library workspaces per GPU")
     nccl_gib: float = Field(0.5, ge=0, description="extra non-torch memory per GPU when TP > 1")
     fixed_shapes: bool = False
+    interconnect: Literal["auto", "nvlink", "pcie"] = Field(
+        "auto", description="between the GPUs of a node (nvidia-smi topo -m: NV# = nvlink); auto: SXM/HGX parts nvlink")
 
 
 class Engine(BaseModel):
@@ -70,6 +74,8 @@ class PlanResult(BaseModel):
     tensor_parallel_size: int | None
     tensor_parallel_for_concurrency: int | None
     valid_tp_sizes: list[int]
+    pipeline_parallel_size: int = 1
+    max_num_seqs: int = 1
     memory_budget: dict[str, float]
     decode_step_ms_roofline: float | None
     roofline: dict[str, dict[str, float | None]]
@@ -77,6 +83,73 @@ class PlanResult(BaseModel):
     commands: dict[str, str]
     workload: dict[str, Any] = {}
     notes: list[str] = []
+
+
+MAX_SEQS_DEFAULT = 256  # vLLM's max_num_seqs default for the OpenAI server on most GPUs
+
+
+def model_location(model: str) -> tuple[str, str]:
+    """(name, directory to mount): a config.json path names its directory; an alias resolves to its files;
+    anything else (a hub id) is passed through as it is."""
+    mp = Path(str(model)).expanduser()
+    if not mp.exists():
+        try:
+            from infertune.models.resolve import resolve_model
+
+            mp = Path(resolve_model(str(model)).path)
+        except Exception:  # noqa: BLE001 - a hub id: vLLM downloads it
+            return str(model).rstrip("/").rsplit("/", 1)[-1] or "model", str(model)
+    d = mp.parent if mp.suffix == ".json" else mp
+    d = d.resolve()
+    return (d.name if mp.name == "config.json" else mp.name.removesuffix(".json")) or "model", str(d)
+
+
+def interconnect_of(g: dict[str, Any], given: str = "auto") -> str:
+    """SXM/HGX boards connect every GPU through NVLink switches; PCIe cards (NVL pairs, optional bridges
+    aside) and GeForce cards talk over PCIe."""
+    if given != "auto":
+        return given
+    n = g["name"].upper()
+    return "nvlink" if n.endswith("-SXM") or n.startswith("B200") else "pcie"
+
+
+def parallel_notes(g: dict[str, Any], tp: int, given: str = "auto") -> list[str]:
+    if tp <= 1:
+        return []
+    link = interconnect_of(g, given)
+    how = "given" if given != "auto" else f"assumed for {g['name']}; pass --interconnect if `nvidia-smi topo -m` says otherwise"
+    if link == "nvlink":
+        return [f"TP={tp} over NVLink ({how}): the per-layer all-reduces are cheap"]
+    out = [f"TP={tp} over PCIe ({how}): two all-reduces per layer cross PCIe, which costs decode latency; "
+           "if the model fits fewer GPUs, one replica per GPU behind a load balancer usually serves more, and "
+           "--pipeline-parallel-size sends activations only once per stage boundary"]
+    if g.get("kind") in ("consumer", "laptop"):
+        out.append("GeForce cards have no NVLink and peer-to-peer is often disabled: if NCCL hangs at start, try "
+                   "NCCL_P2P_DISABLE=1 (`infertune doctor explain` knows the signature)")
+    return out
+
+
+def moe_notes(a: Arch, gpus: int) -> list[str]:
+    out = [f"MoE: {a.experts} experts, {a.experts_per_tok} active per token ({a.params(active=True) / 1e9:.2f} B of "
+           f"{a.params() / 1e9:.2f} B parameters): decode reads only the active experts' weights, but all of them "
+           "must be resident"]
+    if gpus > 1:
+        out.append("MoE over several GPUs: add --enable-expert-parallel (experts sharded whole across GPUs instead "
+                   "of every expert split by TP; fewer, larger matmuls)")
+    out.append("MoE with CUDA graphs: vLLM captures graphs for decode batch sizes up to --max-num-seqs; keep them "
+               "(no --enforce-eager) unless capture fails, then lower --max-num-seqs first")
+    return out
+
+
+def llama_cpp_cmd(a: Arch, name: str, context: int, seqs: int, usable: float) -> str:
+    """llama-server on one GPU: as many layers offloaded (-ngl) as fit beside the f16 KV cache."""
+    import shlex
+
+    kv = a.kv_bytes_per_token("bf16") * context * max(seqs, 1)
+    per_layer = a.weights_bytes("int4") / max(a.layers, 1)
+    ngl = a.layers if a.weights_bytes("int4") + kv <= usable else max(0, int((usable - kv - 0.5 * GIB) // per_layer))
+    return shlex.join(["llama-server", "-m", f"{name}-Q4_K_M.gguf", "-c", str(context * max(seqs, 1)),
+                       "--parallel", str(max(seqs, 1)), "-ngl", str(ngl), "--host", "0.0.0.0", "--port", "8080"])
 
 
 def _pct(xs: list[int], q: float) -> int:
@@ -97,7 +170,7 @@ def valid_tp(a: Arch, limit: int) -> list[int]:
 
 
 def budget(a: Arch, cfg: PlanConfig, total: float, dtype: str, tp: int, batched: int, seqs: int) -> dict[str, float]:
-    weights = a.weights_bytes(dtype) / tp
+    weights = a.weights_bytes(dtype) / (tp * cfg.pipeline_parallel_size)  # PP: each stage holds its layers
     act = max(a.activation_bytes_per_token(dtype, tp) * batched, seqs * a.vocab * 4.0)
     non_torch = (cfg.non_torch_gib + (cfg.nccl_gib if tp > 1 else 0)) * GIB
     requested = total * cfg.gpu_memory_utilization
@@ -107,7 +180,8 @@ def budget(a: Arch, cfg: PlanConfig, total: float, dtype: str, tp: int, batched:
 
 
 def kv_fit(a: Arch, cfg: PlanConfig, kv_bytes: float, tp: int, context: int) -> tuple[int, int, float]:
-    per_tok = a.kv_bytes_per_token("fp8" if cfg.kv_cache_dtype == "fp8" else "bf16", tp)
+    pp = cfg.pipeline_parallel_size
+    per_tok = a.kv_bytes_per_token("fp8" if cfg.kv_cache_dtype == "fp8" else "bf16", tp) * math.ceil(a.layers / pp) // a.layers
     page = cfg.block_size * per_tok  # all layers of one block
     blocks = int(kv_bytes // page) if kv_bytes > 0 and page else 0
     return blocks, per_tok, blocks / math.ceil(context / cfg.block_size) if blocks else 0.0
@@ -144,9 +218,17 @@ def plan(cfg: PlanConfig) -> PlanResult:
     from infertune.plan.commands import docker_cmd, trtexec_cmd, vllm_cmd
 
     a = arch_from_config(load_config(cfg.model))
-    g = find_gpu(cfg.gpu)
-    total = (cfg.gpu_memory_gib or g["memory_gib"]) * GIB
     notes: list[str] = []
+    gpu_name = cfg.gpu
+    if gpu_name is None:
+        from infertune.plan.local import local_gpu
+
+        gpu_name, local_mib = local_gpu()
+        notes.append(f"no --gpu: planning for this host's {gpu_name}")
+        if local_mib and not cfg.gpu_memory_gib:
+            cfg = cfg.model_copy(update={"gpu_memory_gib": round(local_mib / 1024, 2)})
+    g = find_gpu(gpu_name)
+    total = (cfg.gpu_memory_gib or g["memory_gib"]) * GIB
     wl: dict[str, Any] = {}
     prompts: list[int] = []
     if cfg.workload:
@@ -166,8 +248,20 @@ def plan(cfg: PlanConfig) -> PlanResult:
     big = total >= 70 * GIB and "a100" not in g["name"].lower()  # vLLM's serve defaults (EngineArgs.get_batch_defaults)
     batched = cfg.max_num_batched_tokens or (8192 if big else 2048)
     seqs = cfg.max_num_seqs or max(conc, 1)
-    limit = cfg.gpus or (1 if cfg.kv_cache_memory_bytes else 8)  # a measured KV size belongs to one setup
+    limit = cfg.gpus or 1
+    if g.get("kind") == "laptop" and limit > 1:
+        notes.append(f"{g['name']} is a laptop part: one GPU, whatever --gpus says")
+        limit = 1
     tps = valid_tp(a, limit) or [1]
+    if cfg.tensor_parallel_size:
+        if cfg.tensor_parallel_size not in valid_tp(a, 16):
+            from infertune.errors import InfertuneError
+
+            raise InfertuneError(f"tensor parallel {cfg.tensor_parallel_size} does not divide the model's "
+                                 f"{a.heads} attention heads / {a.kv_heads} KV heads; valid: {valid_tp(a, 16)}")
+        tps = [cfg.tensor_parallel_size]
+    if not cfg.gpus and not cfg.tensor_parallel_size and len(valid_tp(a, 8)) > 1:
+        notes.append("planning for 1 GPU (pass --gpus N to let tensor parallel use more)")
     cc = tuple(int(x) for x in g["cc"].split("."))
     by_dtype = {d: a.weights_bytes(d) for d in DTYPES}
 
@@ -214,14 +308,31 @@ def plan(cfg: PlanConfig) -> PlanResult:
         notes.append(f"{a.sliding_window_layers} sliding-window layers counted as full attention (KV overestimated)")
     notes.append("rooflines use the spec bandwidth and dense peak (an upper bound on speed); measured decode on an "
                  "H200 reaches ~86% of spec bandwidth for copies, less for small models with per-layer overheads")
+    notes += parallel_notes(g, use_tp, cfg.interconnect)
+    notes.append(f"vLLM (V1) runs chunked prefill and prefix caching by default: --max-num-batched-tokens {batched} "
+                 "caps the tokens per step (smaller: steadier inter-token latency; larger: faster prefill and "
+                 "throughput); prompts sharing a prefix (system prompt, few-shot) reuse its KV blocks")
     notes.append(f"activation peak modelled for max_num_batched_tokens={batched}, max_num_seqs={seqs}; "
                  f"non-torch memory {cfg.non_torch_gib} GiB per GPU (+{cfg.nccl_gib} GiB with TP > 1)")
     engine = _engine(a, g, dtype, conc, tp is not None, cfg)
-    name = Path(str(cfg.model)).name.removesuffix(".json") or "model"
-    mp = Path(cfg.model).expanduser()
-    model_dir = str((mp.parent if mp.suffix == ".json" else mp).resolve()) if mp.exists() else str(cfg.model)
-    vcmd = vllm_cmd(model_dir, max_model_len=context, max_num_seqs=max(1, min(conc, int(max_conc) or 1)),
-                    util=cfg.gpu_memory_utilization, tp=use_tp, kv_dtype=kv_dt, dtype=dtype)
+    name, model_dir = model_location(cfg.model)
+    if cfg.max_num_seqs:
+        max_seqs = cfg.max_num_seqs
+    elif cfg.concurrency:
+        max_seqs = cfg.concurrency
+        if max_conc < conc:
+            notes.append(f"--max-num-seqs {conc} (from --concurrency) exceeds the {max_conc:.2f} full-length sequences "
+                         "the KV cache holds: vLLM will queue or preempt when sequences run long")
+    else:
+        max_seqs = max(1, min(MAX_SEQS_DEFAULT, int(max_conc)))
+        notes.append(f"--max-num-seqs {max_seqs} from the KV capacity ({max_conc:.2f} sequences of {context} tokens"
+                     f"{f', capped at vLLM default {MAX_SEQS_DEFAULT}' if int(max_conc) > MAX_SEQS_DEFAULT else ''}); "
+                     "shorter requests leave room for more: pass --concurrency to set it")
+    pp = cfg.pipeline_parallel_size
+    vcmd = vllm_cmd(model_dir, max_model_len=context, max_num_seqs=max_seqs,
+                    util=cfg.gpu_memory_utilization, tp=use_tp, kv_dtype=kv_dt, dtype=dtype, pp=pp)
+    if a.experts:
+        notes += moe_notes(a, use_tp * pp)
     lo = wl.get("prompt_p0", 1)
     hi = max(wl.get("prompt_p99", context), lo)
     commands = {
@@ -229,8 +340,15 @@ def plan(cfg: PlanConfig) -> PlanResult:
         "trtexec": trtexec_cmd(f"{name}.onnx", min_len=lo, opt_len=max(wl.get("prompt_p50", hi // 2), lo), max_len=hi,
                                opt_batch=max(1, min(conc, 8)), max_batch=max(1, conc),
                                dtype="fp16" if dtype in ("bf16", "int4") else dtype),
-        "docker": docker_cmd(model_dir, name, vcmd, cfg.gpus or use_tp, use_tp),
+        "docker": docker_cmd(model_dir, name, vcmd, use_tp, use_tp),
     }
+    if engine.name == "llama.cpp":
+        commands["llama.cpp"] = llama_cpp_cmd(a, name, context, max_seqs, total * cfg.gpu_memory_utilization)
+        ngl = int(commands["llama.cpp"].split(" -ngl ")[1].split()[0])
+        notes.append(f"llama.cpp: {ngl} of {a.layers} layers on the GPU (-ngl), the rest on the CPU; 4-bit GGUF "
+                     f"weights {a.weights_bytes('int4') / GIB:.2f} GiB")
+        notes.append("llama.cpp needs a GGUF: python convert_hf_to_gguf.py MODEL_DIR --outtype f16, then "
+                     f"llama-quantize {name}-f16.gguf {name}-Q4_K_M.gguf Q4_K_M")
     return PlanResult(
         model=str(cfg.model), gpu=g, context=context, concurrency=conc, dtype=dtype, kv_cache_dtype=kv_dt,
         params=a.params(), params_active=a.params(active=True), weights_bytes=by_dtype[dtype] if dtype in by_dtype
@@ -238,7 +356,8 @@ def plan(cfg: PlanConfig) -> PlanResult:
         kv_bytes_per_token=a.kv_bytes_per_token(kv_dt), kv_bytes_per_token_per_gpu=per_tok_gpu,
         kv_cache_bytes=int(max(b["kv_cache"], 0)), kv_blocks=blocks, kv_tokens=blocks * cfg.block_size,
         max_concurrency=round(max_conc, 4), fits=tp is not None, tensor_parallel_size=tp,
-        tensor_parallel_for_concurrency=tp_conc, valid_tp_sizes=tps, memory_budget=b,
+        tensor_parallel_for_concurrency=tp_conc, valid_tp_sizes=tps, memory_budget=b, pipeline_parallel_size=pp,
+        max_num_seqs=max_seqs,
         decode_step_ms_roofline=roof.get(dtype, {}).get("decode_step_ms_bs1") if dtype in roof else
         (a.decode_read_bytes(dtype) / use_tp + per_tok_gpu * context) / bw * 1e3,
         roofline=roof, engine=engine, commands=commands, workload=wl, notes=notes,

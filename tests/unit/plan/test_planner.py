@@ -50,7 +50,7 @@ def test_kv_memory_from_scratch_within_15_percent_of_vllm():
 def test_smallest_tp_and_valid_sizes():
     r = plan(PlanConfig(model=LLAMA, gpu="L4", context=8192))  # 14.96 GiB bf16 on 24 GiB
     assert r.tensor_parallel_size == 1 and r.dtype == "bf16"
-    r = plan(PlanConfig(model=str(CONFIGS / "deepseek-v2-lite.json"), gpu="L4", context=8192))
+    r = plan(PlanConfig(model=str(CONFIGS / "deepseek-v2-lite.json"), gpu="L4", gpus=8, context=8192))
     assert r.weights_bytes_by_dtype["bf16"] > 24 * GIB * 0.9
     assert r.tensor_parallel_size == 2 and r.valid_tp_sizes == [1, 2, 4, 8]
     r = plan(PlanConfig(model=str(CONFIGS / "deepseek-v2-lite.json"), gpu="L4", gpus=1, context=8192))
