@@ -32,9 +32,10 @@ def misses_slo(r: CandidateResult, limit: float | None) -> bool:
     return limit is not None and p is not None and p > limit
 
 
-def _place_labels(ax, pts: list[tuple[float, float, str]], fontsize: float = 8.0) -> None:
+def place_labels(ax, pts: list[tuple[float, float, str]], fontsize: float = 8.0) -> list[tuple[float, ...]]:
     """Numbers next to points without overlapping each other or the markers: each label takes the first of a
-    ring of offsets whose box is free (a greedy repel; enough for a dozen points)."""
+    ring of offsets whose box is free (a greedy repel; enough for a dozen points). Returns the labels' boxes
+    (points, display coordinates)."""
     fig = ax.figure
     fig.canvas.draw()  # fixes the limits, so data -> display is final
     scale = 72.0 / fig.dpi  # display pixels -> points
@@ -59,6 +60,7 @@ def _place_labels(ax, pts: list[tuple[float, float, str]], fontsize: float = 8.0
         ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=fontsize, fontweight="bold",
                     ha="left" if dx >= 0 else "right", va="bottom",
                     arrowprops={"arrowstyle": "-", "color": GREY, "lw": 0.5} if abs(dx) + abs(dy) > 16 else None)
+    return boxes[len(pts):]
 
 
 def pareto_svg(result: TuneResult, plt) -> str | None:
@@ -89,7 +91,7 @@ def pareto_svg(result: TuneResult, plt) -> str | None:
     ax.set_yscale("log")
     ax.set_xlabel("items/s (best pass)")
     ax.set_ylabel("1 - mean cosine vs fp32 (log; lower is more accurate)")
-    _place_labels(ax, [(r.items_per_s, drift[r.name], str(nums[r.name])) for r in pts])
+    place_labels(ax, [(r.items_per_s, drift[r.name], str(nums[r.name])) for r in pts])
     handles = []
     if win:
         handles.append(Line2D([], [], marker="*", ls="", color=GREEN, mec="black", ms=13, label=f"winner (#{nums[win]})"))
