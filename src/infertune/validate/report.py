@@ -32,7 +32,15 @@ def print_summary(result: ValidateResult) -> None:
     la = result.load_average
     con.print(f"load average (1/5/15 min) at start {la.get('start')}, at end {la.get('end')} on "
               f"{result.environment.cpu_cores_logical} CPU(s); wall {result.wall_s} s", highlight=False)
-    con.print("[bold green]all drills passed[/]" if result.passed else "[bold red]validation failed[/]")
+    caveats = slo_caveats(result)
+    if result.passed and not caveats:
+        con.print("[bold green]all drills passed[/]")
+    elif result.passed:
+        con.print("[bold red]SLO NOT MET:[/] every drill passed its own rule, but " + "; and ".join(caveats),
+                  highlight=False)
+    else:
+        con.print("[bold red]validation failed[/]" + (": also " + "; and ".join(caveats) if caveats else ""),
+                  highlight=False)
     if result.out_dir:
         con.print(f"wrote {result.out_dir}/validate.json, validate.html", highlight=False)
 
