@@ -58,7 +58,9 @@ def table(head: Sequence[str], rows: Sequence[Sequence[str]], row_classes: Seque
         c = " ".join(x for x in ("l" if i < left else "", extra) if x)
         return f' class="{c}"' if c else ""
 
-    th = "".join(f"<th{cls(i)}>{h}</th>" for i, h in enumerate(head))
+    first = cell_classes[0] if cell_classes else []
+    th = "".join(f"<th{cls(i, 'l' if i < len(first) and 'l' in first[i].split() else '')}>{h}</th>"
+                 for i, h in enumerate(head))
     body = []
     for r, row in enumerate(rows):
         rc = row_classes[r] if row_classes else ""
