@@ -65,19 +65,25 @@ def print_search(result: TuneResult, con=None) -> None:
         con.print(f"[dim]{line}[/]", highlight=False)
 
 
+def no_winner_card(result: TuneResult) -> str:
+    """No winner: the decision's sentences, and the tune command whose flags admit the fastest candidate."""
+    ach = result.achievable.get("fastest_within_accuracy") or result.achievable.get("fastest_within_slo") or {}
+    nxt = None
+    if ach.get("flags"):
+        dev = result.config.get("device")
+        nxt = (f"infertune tune {result.config.get('model') or result.model}"
+               f"{' --device ' + dev if dev and dev != 'cpu' else ''} {ach['flags']}")
+    answer = e(result.decision[0] if result.decision else "No winner.").replace(
+        "No candidate", "<b>No winner</b>: no candidate", 1)
+    return card(answer, [e(x) for x in result.decision[1:]], nxt, tone="warn",
+                next_label=f"Next (admits {ach.get('name')})" if nxt else "Next")
+
+
 def _card(result: TuneResult) -> str:
     """The answer in one line, the speedup with n and spread, the P99 against the SLO, and the next command."""
     limit, win, base = slo_limit(result), result.winner, result.baseline
     if win is None:
-        ach = result.achievable.get("fastest_within_accuracy") or result.achievable.get("fastest_within_slo") or {}
-        nxt = None
-        if ach.get("flags"):
-            dev = result.config.get("device")
-            nxt = (f"infertune tune {result.config.get('model') or result.model}"
-                   f"{' --device ' + dev if dev and dev != 'cpu' else ''} {ach['flags']}")
-        answer = e(result.decision[0] if result.decision else "No winner.").replace("No candidate", "<b>No winner</b>: no candidate", 1)
-        return card(answer, [e(x) for x in result.decision[1:]], nxt, tone="warn",
-                    next_label=f"Next (admits {ach.get('name')})" if nxt else "Next")
+        return no_winner_card(result)
     m, bm = win.measurement, base.measurement if base else None
     sp = win.speedup_vs_baseline
     answer = f"Serve <b>{e(win.name)}</b>: {_f(win.items_per_s)} items/s" + (

@@ -4,7 +4,7 @@ sensitivity and the workload's length histogram."""
 
 from __future__ import annotations
 
-from infertune.plots import figure_svg
+from infertune.plots import figure_svg, log_axis
 from infertune.results import CandidateResult, TuneResult
 
 GREEN, BLUE, GREY, RED = "#1a7f37", "#0969da", "#8c959f", "#cf222e"
@@ -125,7 +125,7 @@ def latency_svg(result: TuneResult, plt) -> str | None:
                         textcoords="offset points", fontsize=7, color=RED)
     if limit is not None:
         ax.axvline(limit, color=RED, ls=":", label=f"SLO {limit:g} ms")
-    ax.set_xscale("log")
+    log_axis(ax, "x")
     ax.set_xlabel("batch latency, ms (log), tokenization included; P99 over batches of each batch's median "
                   "across passes")
     ax.tick_params(axis="y", labelsize=7.5)

@@ -66,7 +66,11 @@ def _small_png(raw: bytes, path: Path) -> None:
 
 def _render(kind: str, tmp_path: Path) -> Path:
     out = tmp_path / f"{kind}.html"
-    if kind.startswith("tune"):
+    if kind == "tune-lm":
+        from infertune.llm.report import write_lm_report
+
+        write_lm_report(inputs.tune(inputs.TUNE_LM), out)
+    elif kind.startswith("tune"):
         from infertune.report import write_report
 
         write_report(inputs.tune() if kind == "tune-winner" else inputs.tune_no_winner(), out)
@@ -85,6 +89,7 @@ def _render(kind: str, tmp_path: Path) -> Path:
 CASES = {
     "tune-winner": r"^Serve openvino/bf16/tokens-2048: 315\.9 items/s, 4\.18x the naive baseline",
     "tune-no-winner": r"^No winner: no candidate met every constraint",
+    "tune-lm": r"^Serve cuda-graph-compile/bf16: 776\.8 tokens/s batch-1 decode, 31\.88x the naive baseline",
     "bench": r"^Max throughput 303\.1 req/s",
     "bench-sweep-synthetic": r"^Max throughput 64\.0 req/s",
     "validate": r"^SLO NOT MET: every drill passed its own rule, but the soak's P99 505\.6 ms",

@@ -81,3 +81,14 @@ def test_pareto_labels_do_not_overlap_even_when_points_crowd():
     overlaps = [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:]
                 if not (a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1])]
     assert len(boxes) == 8 and not overlaps
+
+
+def test_causal_lm_report_has_the_card_and_the_winner_row(tmp_path):
+    from infertune.llm.report import write_lm_report
+
+    page = write_lm_report(inputs.tune(inputs.TUNE_LM), tmp_path / "report.html").read_text()
+    card = _card(page)
+    assert "Serve <b>cuda-graph-compile/bf16</b>: 776.8 tokens/s batch-1 decode, <b>31.88x</b>" in card
+    assert "n=80 steps" in card and "speedup 31.88x by medians" in card
+    assert 'id="next-command">infertune serve /tmp/tq/artifact<' in card
+    assert page.count("<tr class='winner'>") == 1 and not OUTSIDE.search(page)

@@ -8,7 +8,7 @@ import html
 import re
 
 from infertune.bench.results import BenchResult, Point, TelemetrySeries
-from infertune.plots import figure_svg
+from infertune.plots import figure_svg, log_axis
 
 QS = (("p50", "P50"), ("p90", "P90"), ("p95", "P95"), ("p99", "P99"), ("p999", "P99.9"))
 MAX_PANELS = 8
@@ -43,7 +43,7 @@ def _one_point(p: Point, result: BenchResult, plt) -> str:
         ax.axvline(bound, color="#cf222e", ls=":", label=f"SLO {bound:g} ms")
         ax.legend(fontsize=7)
     if vals and max(vals) / max(min(vals), 1e-9) > 30:
-        ax.set_xscale("log")
+        log_axis(ax, "x")
     ax.set_xlabel(f"ms at {p.label} (n={p.n} requests, one load point)")
     ax.tick_params(axis="y", labelsize=8)
     return figure_svg(fig)
@@ -66,7 +66,7 @@ def _curves(pts: list[Point], over: str, result: BenchResult, plt) -> list[tuple
         ax.axhline(bound, color="grey", ls=":", label=f"SLO {bound:g} ms")
     ax.set_xlabel(f"offered {over}" + (" (req/s)" if over == "rate" else ""))
     ax.set_ylabel("ms (log)")
-    ax.set_yscale("log")
+    log_axis(ax, "y")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title(f"Latency percentiles vs {over}", fontsize=10)
     out.append((f"Latency vs {over}", figure_svg(fig)))
