@@ -72,3 +72,18 @@ def table(head: Sequence[str], rows: Sequence[Sequence[str]], row_classes: Seque
 
 def folded(summary: str, inner: str) -> str:
     return f"<details><summary>{e(summary)}</summary>{inner}</details>"
+
+
+def no_winner_card(result) -> str:
+    """A tune without a winner (a TuneResult, either family): the decision's sentences, and the tune command
+    whose flags (from `achievable`) admit the fastest candidate."""
+    ach = result.achievable.get("fastest_within_accuracy") or result.achievable.get("fastest_within_slo") or {}
+    nxt = None
+    if ach.get("flags"):
+        dev = result.config.get("device")
+        nxt = (f"infertune tune {result.config.get('model') or result.model}"
+               f"{' --device ' + dev if dev and dev != 'cpu' else ''} {ach['flags']}")
+    answer = e(result.decision[0] if result.decision else "No winner.").replace(
+        "No candidate", "<b>No winner</b>: no candidate", 1)
+    return card(answer, [e(x) for x in result.decision[1:]], nxt, tone="warn",
+                next_label=f"Next (admits {ach.get('name')})" if nxt else "Next")

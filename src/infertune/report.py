@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from infertune.page import card, document, e, folded, table
+from infertune.page import card, document, e, folded, no_winner_card, table
 from infertune.plots import figure_svg  # noqa: F401  (re-exported: older imports use infertune.report.figure_svg)
 from infertune.plots import fmt as _f
 from infertune.results import TuneResult
@@ -63,20 +63,6 @@ def print_search(result: TuneResult, con=None) -> None:
         con = Console(stderr=True)
     for line in search_lines(result):
         con.print(f"[dim]{line}[/]", highlight=False)
-
-
-def no_winner_card(result: TuneResult) -> str:
-    """No winner: the decision's sentences, and the tune command whose flags admit the fastest candidate."""
-    ach = result.achievable.get("fastest_within_accuracy") or result.achievable.get("fastest_within_slo") or {}
-    nxt = None
-    if ach.get("flags"):
-        dev = result.config.get("device")
-        nxt = (f"infertune tune {result.config.get('model') or result.model}"
-               f"{' --device ' + dev if dev and dev != 'cpu' else ''} {ach['flags']}")
-    answer = e(result.decision[0] if result.decision else "No winner.").replace(
-        "No candidate", "<b>No winner</b>: no candidate", 1)
-    return card(answer, [e(x) for x in result.decision[1:]], nxt, tone="warn",
-                next_label=f"Next (admits {ach.get('name')})" if nxt else "Next")
 
 
 def _card(result: TuneResult) -> str:

@@ -80,8 +80,15 @@ def print_summary(result: BenchResult) -> None:
     for tel in result.telemetry:
         con.print(f"telemetry {tel.source}: {len(tel.series)} series x {len(tel.t)} samples every {tel.interval_s:g} s"
                   + (f" ({len(tel.errors)} scrape errors, first: {tel.errors[0]})" if tel.errors else ""), highlight=False)
+    best = best_point(result)
+    if best:
+        con.print(f"max throughput: {best.achieved_rps:.1f} req/s at {best.label} (n={best.n} requests, E2E P50 "
+                  f"{fmt(best.latency_ms.p50)} ms, P99 {fmt(best.latency_ms.p99)} ms)", highlight=False)
     if result.out_dir:
         con.print(f"wrote {result.out_dir}/bench.json, bench.html, bench.csv", highlight=False)
+    nxt = next_command(result)
+    if nxt:
+        con.print(f"next: [bold]{nxt}[/]", highlight=False)
 
 
 def _row(p: Point) -> dict:

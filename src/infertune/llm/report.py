@@ -117,8 +117,7 @@ def _plots(result: TuneResult) -> dict[str, str]:
 
 
 def _lm_card(result: TuneResult) -> str:
-    from infertune.page import card, e
-    from infertune.report import no_winner_card
+    from infertune.page import card, e, no_winner_card
 
     win, base = result.winner, result.baseline
     if win is None:
