@@ -181,7 +181,7 @@ def _card(result: ValidateResult) -> tuple[str, str, str]:
         word, tone = "FAILED", "fail"
         answer = (f"<b>FAILED</b>: {len(failed)} of {len(ran)} drills failed ("
                   + "; ".join(f"{e(d.name)}: {e(d.reason)}" for d in failed) + ")" if failed else
-                  "<b>FAILED</b>: no drill passed")
+                  "<b>FAILED</b>: no drill ran" if not ran else "<b>FAILED</b>")
     elif caveats:
         word, tone = "SLO NOT MET", "fail"
         answer = (f"<b>SLO NOT MET</b>: every drill passed its own rule, but {e(caveats[0])}")
