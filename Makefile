@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test venv lint clean vllm-env
+.PHONY: demo test venv lint clean vllm-env browser screenshots
 
 # pip's chatter (index warnings) goes to a log; it is shown only when the install fails
 $(STAMP): pyproject.toml constraints.txt
@@ -39,10 +39,35 @@ $(SMOLLM2_HF)/config.json: | $(STAMP)
 	$(BIN)/python scripts/smollm2_to_hf.py $(SMOLLM2_HF)
 vllm-env: $(VLLM_VENV)/.installed $(SMOLLM2_HF)/config.json
 
+# The report browser test drives a headless chromium through playwright (pip, in the dev extra). Playwright's
+# own browser download comes from a CDN that build boxes cannot reach, so the browser is Debian's chromium
+# from apt, installed here when missing and we are root (or have password-less sudo). Best effort: when it
+# cannot be installed, the browser test is skipped with that reason and everything else runs.
+CHROMIUM_OK = command -v chromium || command -v chromium-browser || command -v google-chrome
+browser:
+	@if { $(CHROMIUM_OK); } >/dev/null 2>&1; then :; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "browser test: no chromium and no apt-get here; it will be skipped (install chromium, or set INFERTUNE_CHROMIUM)"; \
+	else \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif sudo -n true 2>/dev/null; then SUDO="sudo -n"; else SUDO=none; fi; \
+	  if [ "$$SUDO" = none ]; then \
+	    echo "browser test: chromium missing and no root to apt-get it; it will be skipped (sudo apt-get install chromium)"; \
+	  else \
+	    echo "installing Debian's chromium for the report browser test (log: .chromium-install.log)"; \
+	    ( $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q chromium ) \
+	      > .chromium-install.log 2>&1 \
+	      || echo "browser test: apt-get install chromium failed (.chromium-install.log); it will be skipped"; \
+	  fi; \
+	fi
+
 # the two venvs build side by side (pip is mostly download and unzip): about 2 min saved on a fresh machine
 test:
-	$(MAKE) --no-print-directory -j2 venv vllm-env
+	$(MAKE) --no-print-directory -j3 venv vllm-env browser
 	$(BIN)/python -m pytest -q --durations=12
+
+# docs/screenshots/*.png: the reports (tune with and without a winner, bench, validate) as the browser test sees them
+screenshots: $(STAMP) browser
+	INFERTUNE_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest -q tests/integration/test_reports_in_browser.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests

@@ -1,14 +1,17 @@
-"""Human output of a tune run: a console table and a self-contained HTML report with offline plots
-(inline SVG: Pareto front, latency distributions, per-layer sensitivity, length histogram)."""
+"""Human output of a tune run: a console table and a self-contained HTML report (report.html): a summary
+card (the answer, the speedup with n and spread, the next command), the candidates with the winner
+highlighted and SLO misses marked, and offline plots (tune_plots.py)."""
 
 from __future__ import annotations
 
-import html
+import json
 from pathlib import Path
 
-from infertune.plots import figure_svg
+from infertune.page import card, document, e, folded, no_winner_card, table
+from infertune.plots import figure_svg  # noqa: F401  (re-exported: older imports use infertune.report.figure_svg)
 from infertune.plots import fmt as _f
 from infertune.results import TuneResult
+from infertune.tune_plots import decision_p99, misses_slo, numbered, slo_limit, tune_plots
 from infertune.tuning.summary import search_lines
 
 
@@ -26,7 +29,7 @@ def print_summary(result: TuneResult) -> None:
         con = Console(stderr=True, width=200)
     t = Table(title=f"infertune tune: {result.model} ({result.config.get('device')})", show_lines=False)
     for col in ("candidate", "status", "stage", "time s", "items/s best (n)", "median", "range", "P50 ms",
-                "P99 ms", "cos mean", "cos min", "top10", "vs naive"):
+                "P99 ms (SLO)", "cos mean", "cos min", "top10", "vs naive"):
         t.add_column(col, justify="left" if col in ("candidate", "status") else "right")
     order = sorted(result.candidates, key=lambda r: -(r.items_per_s or 0))
     for r in order:
@@ -38,7 +41,7 @@ def print_summary(result: TuneResult) -> None:
                   f"{_f(r.items_per_s)} (n={m.passes})" if m else probe,
                   _f(m.items_per_s_median) if m else "-",
                   f"{m.items_per_s_spread[0]:.0f}-{m.items_per_s_spread[1]:.0f}" if m else "-",
-                  _f(r.latency_ms.p50), _f(r.latency_ms.p99), _f(r.accuracy.cosine_mean, "{:.5f}"),
+                  _f(r.latency_ms.p50), _f(decision_p99(r)), _f(r.accuracy.cosine_mean, "{:.5f}"),
                   _f(r.accuracy.cosine_min, "{:.5f}"), _f(r.accuracy.topk_overlap, "{:.3f}"),
                   _f(r.speedup_vs_baseline, "{:.2f}x"), style=style)
     con.print(t)
@@ -62,97 +65,99 @@ def print_search(result: TuneResult, con=None) -> None:
         con.print(f"[dim]{line}[/]", highlight=False)
 
 
-def _plots(result: TuneResult) -> dict[str, str]:
-    import matplotlib
+def _card(result: TuneResult) -> str:
+    """The answer in one line, the speedup with n and spread, the P99 against the SLO, and the next command."""
+    limit, win, base = slo_limit(result), result.winner, result.baseline
+    if win is None:
+        return no_winner_card(result)
+    m, bm = win.measurement, base.measurement if base else None
+    sp = win.speedup_vs_baseline
+    answer = f"Serve <b>{e(win.name)}</b>: {_f(win.items_per_s)} items/s" + (
+        f", <b>{sp:.2f}x</b> the naive baseline" if sp else "")
+    facts = []
+    if m and bm and bm.items_per_s:
+        med = (f", {m.items_per_s_median / bm.items_per_s_median:.2f}x by medians"
+               if m.items_per_s_median and bm.items_per_s_median else "")
+        lo, hi = m.items_per_s_spread
+        blo, bhi = bm.items_per_s_spread
+        facts.append(f"Speedup {m.items_per_s / bm.items_per_s:.2f}x by best pass{med}; pass to pass "
+                     f"{lo / bhi:.2f}-{hi / blo:.2f}x. {e(win.name)}: n={m.passes} passes, {lo:.1f}-{hi:.1f} items/s; "
+                     f"baseline {e(base.name)}: n={bm.passes}, {blo:.1f}-{bhi:.1f} items/s (same run).")
+    elif m:
+        facts.append(f"n={m.passes} passes, {m.items_per_s_spread[0]:.1f}-{m.items_per_s_spread[1]:.1f} items/s.")
+    p99 = decision_p99(win)
+    if p99 is not None:
+        facts.append(f"P99 batch latency {p99:.1f} ms vs SLO {_f(limit, '{:g}')} ms (the decision's figure: P99 over "
+                     f"batches of each batch's median across passes; pooled P99 {_f(win.latency_ms.p99)} ms, "
+                     f"n={win.latency_ms.n} batches).")
+    a, budget = win.accuracy, result.config.get("accuracy") or {}
+    if a.cosine_mean is not None:
+        facts.append(f"Mean cosine vs fp32 {a.cosine_mean:.5f} (budget {budget.get('min_cosine_mean', '-')}), "
+                     f"min {_f(a.cosine_min, '{:.5f}')} (budget {budget.get('min_cosine_min', '-')}), n={a.n} items.")
+    if m and (m.peak_rss_mb or m.peak_gpu_mb):
+        mem = f"peak GPU memory {m.peak_gpu_mb:.0f} MB" if m.peak_gpu_mb else f"peak resident memory {m.peak_rss_mb:.0f} MB"
+        if bm and bm.peak_rss_mb and not m.peak_gpu_mb:
+            mem += f" (baseline {bm.peak_rss_mb:.0f} MB)"
+        facts.append(mem[0].upper() + mem[1:] + ".")
+    facts += [e(x) for x in result.decision[1:] if "tie margin" in x]
+    return card(answer, facts, result.next_command, tone="pass")
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    plots: dict[str, str] = {}
-    measured = [r for r in result.candidates if r.items_per_s and r.accuracy.cosine_mean is not None]
-    if measured:
-        fig, ax = plt.subplots(figsize=(8, 4.5))
-        for r in measured:
-            color = "tab:green" if result.winner and r.name == result.winner.name else (
-                "tab:blue" if r.name in result.pareto else "tab:gray")
-            ax.scatter(r.items_per_s, 1 - r.accuracy.cosine_mean + 1e-7, color=color)
-            ax.annotate(r.name, (r.items_per_s, 1 - r.accuracy.cosine_mean + 1e-7), fontsize=7)
-        front = [r for r in measured if r.name in result.pareto]
-        front.sort(key=lambda r: r.items_per_s)
-        ax.plot([r.items_per_s for r in front], [1 - r.accuracy.cosine_mean + 1e-7 for r in front], "b--", lw=1)
-        ax.axhline(1 - result.config["accuracy"]["min_cosine_mean"], color="red", lw=1, ls=":",
-                   label="accuracy budget")
-        ax.set_yscale("log")
-        ax.set_xlabel("items/s (best pass)")
-        ax.set_ylabel("1 - mean cosine vs fp32 (log)")
-        ax.set_title("Speed vs accuracy (Pareto front dashed, winner green)")
-        ax.legend()
-        plots["pareto"] = figure_svg(fig)
-        fig, ax = plt.subplots(figsize=(8, 0.35 * len(measured) + 1.5))
-        rows = sorted((r for r in measured if r.latency_ms.n), key=lambda r: r.items_per_s)
-        ax.barh([r.name for r in rows], [r.latency_ms.p99 for r in rows], color="tab:orange", label="P99")
-        ax.barh([r.name for r in rows], [r.latency_ms.p50 for r in rows], color="tab:blue", label="P50")
-        ax.axvline(result.config["slo"]["p99_ms"], color="red", ls=":", label="SLO")
-        ax.set_xlabel("batch latency (ms), tokenization included")
-        ax.tick_params(axis="y", labelsize=7)
-        ax.legend()
-        plots["latency"] = figure_svg(fig)
-    if result.sensitivity:
-        s = result.sensitivity[:40]
-        fig, ax = plt.subplots(figsize=(8, 0.22 * len(s) + 1.5))
-        keep = set(result.mixed_precision.get("keep_high", []))
-        ax.barh([x.layer for x in s][::-1], [max(x.drop, 1e-7) for x in s][::-1],
-                color=["tab:red" if x.layer in keep else "tab:gray" for x in s][::-1])
-        ax.set_xscale("log")
-        ax.set_xlabel("1 - mean cosine when only this layer is int8 (red: kept in fp32)")
-        ax.tick_params(axis="y", labelsize=6)
-        plots["sensitivity"] = figure_svg(fig)
-    if result.workload:
-        h = result.workload.histogram
-        fig, ax = plt.subplots(figsize=(7, 3))
-        ax.bar([b["bucket"] for b in h], [b["count"] for b in h], color="tab:purple")
-        ax.set_xlabel(f"tokens per item (model limit {result.workload.max_length})")
-        ax.set_ylabel("items")
-        plots["lengths"] = figure_svg(fig)
-    return plots
+def _tables(result: TuneResult) -> str:
+    limit, win = slo_limit(result), result.winner.name if result.winner else None
+    head = ["#", "candidate", "status", "items/s (best, n)", "range", "vs naive", "P99 ms (SLO)", "P50 ms",
+            "peak MB", "cos mean", "cos min", "reason"]
+    budget = result.config.get("accuracy") or {}
+    rows, classes, cells, more = [], [], [], []
+    for n, r in numbered(result):
+        m = r.measurement
+        p99 = decision_p99(r)
+        miss = misses_slo(r, limit)
+        cos_miss = r.meets_accuracy is False
+        mem = m and (m.peak_gpu_mb or m.peak_rss_mb)
+        name = e(r.name) + (' <span class="badge">winner</span>' if r.name == win else "")
+        rows.append([str(n), name, e(r.status),
+                     f"{_f(r.items_per_s)} (n={m.passes})" if m else (
+                         f"{_f(r.probe.get('speed'))} (probe)" if r.probe else "-"),
+                     f"{m.items_per_s_spread[0]:.1f}-{m.items_per_s_spread[1]:.1f}" if m else "-",
+                     _f(r.speedup_vs_baseline, "{:.2f}x"),
+                     (f"&#10007; {p99:.1f}" if miss else _f(p99)) if p99 is not None else "-",
+                     _f(r.latency_ms.p50), _f(mem, "{:.0f}") if mem else "-",
+                     _f(r.accuracy.cosine_mean, "{:.5f}"), _f(r.accuracy.cosine_min, "{:.5f}"), e(r.reason)])
+        classes.append("winner" if r.name == win else r.status)
+        cells.append(["", "", "", "", "", "", "miss" if miss else "", "", "", "miss" if cos_miss else "",
+                      "miss" if cos_miss else "", "l"])
+        more.append([str(n), e(r.name), e(r.stage or "-"), _f(r.time_s, "{:.0f}"), _f(m.items_per_s_median) if m else "-",
+                     _f(r.latency_ms.p95), _f(r.latency_ms.p99), _f(r.latency_ms.max), str(r.latency_ms.n or "-"),
+                     _f(r.accuracy.topk_overlap, "{:.3f}"), _f(r.prepare_s), _f(m.peak_rss_mb, "{:.0f}") if m else "-",
+                     _f(m.peak_gpu_mb, "{:.0f}") if m else "-", e(r.why_tried)])
+    main = table(head, rows, classes, left=3, cell_classes=cells)
+    note = (f'<p class="note">P99 (SLO) is the figure the decision checks against the SLO of {_f(limit, "{:g}")} ms '
+            f"(&#10007;: over it); red cosines are under the accuracy budget (mean {budget.get('min_cosine_mean', '-')}, "
+            f"min {budget.get('min_cosine_min', '-')}); peak MB is the worker's peak resident memory (GPU memory on a "
+            "GPU).</p>")
+    extra = table(["#", "candidate", "stage", "time s", "items/s median", "P95 ms", "pooled P99 ms", "max ms",
+                   "batches n", "top-10", "prepare s", "peak RSS MB", "peak GPU MB", "why tried"], more, left=2)
+    return main + note + folded("More columns: stage, cost, median, pooled P99, max, top-10, memory, why tried", extra)
 
 
 def write_report(result: TuneResult, path: Path) -> Path:
-    plots = _plots(result)
-    e = html.escape
-    rows = []
-    for r in sorted(result.candidates, key=lambda r: -(r.items_per_s or 0)):
-        m = r.measurement
-        rows.append(
-            f"<tr class='{r.status}'><td>{e(r.name)}</td><td>{r.status}</td><td>{e(r.stage or '-')}</td>"
-            f"<td>{_f(r.time_s, '{:.0f}')}</td><td>{_f(r.items_per_s)}</td>"
-            f"<td>{_f(m.items_per_s_median) if m else '-'}</td><td>{m.passes if m else '-'}</td>"
-            f"<td>{(f'{m.items_per_s_spread[0]:.1f}-{m.items_per_s_spread[1]:.1f}') if m else '-'}</td>"
-            f"<td>{_f(r.latency_ms.p50)}</td><td>{_f(r.latency_ms.p95)}</td><td>{_f(r.latency_ms.p99)}</td>"
-            f"<td>{_f(r.accuracy.cosine_mean, '{:.5f}')}</td><td>{_f(r.accuracy.cosine_min, '{:.5f}')}</td>"
-            f"<td>{_f(r.accuracy.topk_overlap, '{:.3f}')}</td><td>{_f(r.speedup_vs_baseline, '{:.2f}x')}</td>"
-            f"<td>{e(r.reason)}</td></tr>")
-    env = result.environment
+    plots = tune_plots(result)
     w = result.workload
     sections = "".join(f"<h2>{title}</h2>{plots[k]}" for k, title in (
-        ("pareto", "Pareto front"), ("latency", "Latency per batch"), ("sensitivity", "Per-layer int8 sensitivity"),
+        ("pareto", "Pareto front: speed vs accuracy"), ("latency", "Latency per batch vs the SLO"),
+        ("memory", "Memory"), ("sensitivity", "Per-layer int8 sensitivity"),
         ("lengths", "Workload length histogram")) if k in plots)
-    doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>infertune: {e(result.model)}</title>
-<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}}table{{border-collapse:collapse;font-size:13px}}
-td,th{{border:1px solid #ccc;padding:3px 6px}}tr.rejected{{color:#a60}}tr.failed,tr.skipped{{color:#999}}
-svg{{max-width:100%;height:auto}}</style></head><body>
-<h1>infertune tune: {e(result.model)}</h1>
-<p>{'<br>'.join(e(x) for x in result.decision)}</p>
-<h2>Search</h2><p>{'<br>'.join(e(x) for x in search_lines(result))}</p>
-<h2>Candidates</h2><table><tr><th>candidate</th><th>status</th><th>stage</th><th>time s</th><th>items/s (best pass)</th><th>median</th><th>n</th><th>range</th>
-<th>P50 ms</th><th>P95 ms</th><th>P99 ms</th><th>cos mean</th><th>cos min</th><th>top-10</th><th>vs naive</th><th>reason</th></tr>
-{''.join(rows)}</table>
+    body = f"""<h1>infertune tune: {e(result.model)}</h1>
+{_card(result)}
+<h2>Decision</h2><p>{'<br>'.join(e(x) for x in result.decision)}</p>
+<h2>Candidates</h2>{_tables(result)}
 {sections}
+<h2>Search</h2><p>{'<br>'.join(e(x) for x in search_lines(result))}</p>
 <h2>Workload</h2><p>{e(w.source) if w else ''}: {w.n_items if w else 0} items, eval {w.n_eval if w else 0},
 calibration {w.n_calibration if w else 0}; tokens p50 {w.tokens_p50 if w else 0:.0f}, p90 {w.tokens_p90 if w else 0:.0f},
 p99 {w.tokens_p99 if w else 0:.0f}, max {w.tokens_max if w else 0}; {w.over_limit if w else 0} over the model limit (truncated).</p>
-<h2>Environment</h2><pre>{e(env.model_dump_json(indent=2))}</pre>
-<h2>Config</h2><pre>{e(__import__('json').dumps(result.config, indent=2))}</pre>
-</body></html>"""
-    path.write_text(doc)
+<h2>Environment</h2><details><summary>fingerprint</summary><pre>{e(result.environment.model_dump_json(indent=2))}</pre></details>
+<h2>Config</h2><details><summary>config</summary><pre>{e(json.dumps(result.config, indent=2))}</pre></details>"""
+    path.write_text(document(f"infertune tune: {result.model}", body), encoding="utf-8")
     return path

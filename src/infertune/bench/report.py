@@ -1,5 +1,6 @@
 """What a person reads after `infertune bench`: a console table, bench.json (the contract),
-bench.csv (one row per point) and bench.html (inline SVG plots, works offline)."""
+bench.csv (one row per point) and bench.html (a headline card: max throughput, knee, SLO answer, next
+command; a table of at most 12 columns with the rest folded; plots from bench/plots.py; works offline)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import math
 from pathlib import Path
 
 from infertune.bench.results import BenchResult, Point
-from infertune.report import figure_svg
+from infertune.page import card, document, folded, table
 
 NA = "n/a"
 
@@ -79,8 +80,15 @@ def print_summary(result: BenchResult) -> None:
     for tel in result.telemetry:
         con.print(f"telemetry {tel.source}: {len(tel.series)} series x {len(tel.t)} samples every {tel.interval_s:g} s"
                   + (f" ({len(tel.errors)} scrape errors, first: {tel.errors[0]})" if tel.errors else ""), highlight=False)
+    best = best_point(result)
+    if best:
+        con.print(f"max throughput: {best.achieved_rps:.1f} req/s at {best.label} (n={best.n} requests, E2E P50 "
+                  f"{fmt(best.latency_ms.p50)} ms, P99 {fmt(best.latency_ms.p99)} ms)", highlight=False)
     if result.out_dir:
         con.print(f"wrote {result.out_dir}/bench.json, bench.html, bench.csv", highlight=False)
+    nxt = next_command(result)
+    if nxt:
+        con.print(f"next: [bold]{nxt}[/]", highlight=False)
 
 
 def _row(p: Point) -> dict:
@@ -98,113 +106,132 @@ def _row(p: Point) -> dict:
     return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()}
 
 
-def _plots(result: BenchResult) -> list[tuple[str, str]]:
-    import matplotlib
+def best_point(result: BenchResult) -> Point | None:
+    """The valid point with the highest completed req/s (invalid points measured the client, not the server)."""
+    pts = [p for p in result.points if p.valid and p.ok] or [p for p in result.points if p.ok]
+    return max(pts, key=lambda p: p.achieved_rps) if pts else None
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    out = []
-    for over in ("concurrency", "rate"):
-        pts = sorted([p for p in result.points if getattr(p.offered, over) is not None], key=lambda p: getattr(p.offered, over))
-        if not pts:
-            continue
-        x = [getattr(p.offered, over) for p in pts]
-        fig, ax = plt.subplots(figsize=(7, 3.6))
-        for q, style in (("p50", "-o"), ("p90", "-s"), ("p99", "-^"), ("p999", ":v")):
-            ax.plot(x, [getattr(p.latency_ms, q) for p in pts], style, label=f"E2E {q}", ms=4)
-        if any(p.ttft_ms for p in pts):
-            ax.plot(x, [p.ttft_ms.p50 if p.ttft_ms else None for p in pts], "--", label="TTFT p50")
-            ax.plot(x, [p.ttft_ms.p99 if p.ttft_ms else None for p in pts], "--", label="TTFT p99")
-        bad = [(xi, p.latency_ms.p99) for xi, p in zip(x, pts, strict=True) if not p.valid and p.latency_ms.p99]
-        if bad:
-            ax.scatter(*zip(*bad, strict=True), s=120, facecolors="none", edgecolors="red", label="invalid (client)")
-        if result.slo and result.slo.over == over:
-            for t in result.slo.target.split(","):
-                if "e2e" in t and "<=" in t:
-                    ax.axhline(float(t.split("<=")[1]), color="grey", ls=":", label="SLO")
-        ax.set_xlabel(f"offered {over}" + (" (req/s)" if over == "rate" else ""))
-        ax.set_ylabel("ms")
-        ax.set_yscale("log")
-        ax.legend(fontsize=7)
-        ax.set_title(f"Latency percentiles vs {over}")
-        out.append((f"Latency vs {over}", figure_svg(fig)))
-        fig, ax = plt.subplots(figsize=(7, 3.2))
-        ax.plot(x, [p.achieved_rps for p in pts], "-o", label="ok req/s")
-        if any(p.goodput_rps is not None for p in pts):
-            ax.plot(x, [p.goodput_rps for p in pts], "-x", label="goodput req/s")
-        if over == "rate":
-            ax.plot(x, x, ":", color="grey", label="offered")
-        k = result.knee
-        if k and k.over == over:
-            ax.axvline(k.load, color="red", ls="--", label=f"knee ({k.load:g})")
-        if any(p.output_tokens_per_s for p in pts):
-            ax2 = ax.twinx()
-            ax2.plot(x, [p.output_tokens_per_s for p in pts], "-s", color="green", label="output tok/s")
-            ax2.set_ylabel("output tokens/s")
-            ax2.legend(fontsize=7, loc="lower right")
-        ax.set_xlabel(f"offered {over}")
-        ax.set_ylabel("req/s")
-        ax.legend(fontsize=7, loc="upper left")
-        ax.set_title(f"Throughput vs {over}")
-        out.append((f"Throughput vs {over}", figure_svg(fig)))
-    for tel in result.telemetry:
-        if not tel.t:
-            continue
-        names = [n for n, ty in tel.types.items() if ty == "gauge"][:6]
-        names += [n for n, ty in tel.types.items() if ty == "counter" and not n.startswith("process_")][:4]
-        if not names:
-            continue
-        fig, axes = plt.subplots(len(names), 1, figsize=(7, 1.4 * len(names) + 0.6), sharex=True, squeeze=False)
-        for ax, name in zip(axes[:, 0], names, strict=True):
-            ys = tel.series[name]
-            if tel.types[name] == "counter":  # counters as rates
-                pts = [(t, y) for t, y in zip(tel.t, ys, strict=True) if y is not None]
-                xs = [b[0] for b in pts[1:]]
-                vals = [(b[1] - a[1]) / max(1e-9, b[0] - a[0]) for a, b in zip(pts, pts[1:], strict=False)]
-                ax.plot(xs, vals, lw=1)
-                ax.set_ylabel("/s", fontsize=7)
-            else:
-                ax.plot(tel.t, ys, lw=1)
-            ax.set_title(name[:90], fontsize=7, loc="left")
-            for p in result.points:
-                ax.axvspan(p.t_start, p.t_end, color="green" if p.valid else "red", alpha=0.07)
-        axes[-1, 0].set_xlabel("seconds since bench start (shaded: measured windows)")
-        out.append((f"Server series over time ({html.escape(tel.source)})", figure_svg(fig)))
-    return out
+def _cmd(result: BenchResult, *flags: str) -> str:
+    t = result.target
+    api = t.get("api") or result.config.get("api")
+    return " ".join(["infertune bench", str(t.get("url")), *([f"--api {api}"] if api and api != "embeddings" else []),
+                     *flags])
+
+
+def next_command(result: BenchResult) -> str | None:
+    """What to run next: validate at the SLO's answer; a sweep after a single load point; an SLO search after
+    a sweep (its bound: the P99 at the knee, rounded up)."""
+    url, s = result.target.get("url"), result.slo
+    if s and s.met and s.over == "rate" and s.max_load:
+        return f"infertune validate {url} --peak {s.max_load:.4g} --slo '{s.target}'"
+    if s and s.met:
+        return f"infertune validate {url} --slo '{s.target}'"
+    if s:
+        return _cmd(result, "--sweep")
+    if len([p for p in result.points if p.ok]) < 2:
+        return _cmd(result, "--sweep")
+    k = result.knee
+    at = next((p for p in result.points if k and getattr(p.offered, k.over) == k.load), None) or best_point(result)
+    p99 = at.latency_ms.p99 if at else None
+    bound = f"{math.ceil(p99 * 1.2 / 10) * 10:g}" if p99 and p99 == p99 else "200"
+    return _cmd(result, f"--slo 'p99_e2e_ms<={bound}'")
+
+
+def _card(result: BenchResult) -> str:
+    e = html.escape
+    best, facts, tone = best_point(result), [], ""
+    if best:
+        per = result.config.get("inputs_per_request") or 1
+        items = f" = {best.achieved_rps * per:.1f} inputs/s ({per} per request)" if per > 1 else ""
+        tok = f", {best.output_tokens_per_s:.1f} output tok/s" if best.output_tokens_per_s else ""
+        answer = (f"Max throughput <b>{best.achieved_rps:.1f} req/s</b>{items}{tok} at {e(best.label)}: E2E P50 "
+                  f"{fmt(best.latency_ms.p50)} ms, P99 {fmt(best.latency_ms.p99)} ms (n={best.n} requests, "
+                  f"{best.window_s:g} s window)")
+    else:
+        answer, tone = "No request completed at any load point", "fail"
+    n_ok = len([p for p in result.points if p.ok])
+    k = result.knee
+    if k:
+        facts.append(f"Knee: {e(k.over)} {k.load:g} ({e(k.rule)})"
+                     + (f"; vLLM <code>--max-num-seqs {k.recommended_max_num_seqs}</code>" if k.recommended_max_num_seqs
+                        else ""))
+    else:
+        facts.append("Knee: " + ("not measured: one load point (a sweep finds it)" if n_ok < 2 else
+                                 "none found: throughput still rising at the highest load"))
+    s = result.slo
+    if s and s.met:
+        tone = tone or "pass"
+        facts.append(f"SLO <b>{e(s.target)}</b>: met up to {e(s.over)} <b>{s.max_load:.4g}</b> (bracket "
+                     f"{' - '.join(fmt(b, '{:.4g}') for b in s.bracket)}, confirmed over {s.repeats} runs)"
+                     + (f"; {e(s.noise_note)}" if s.noise_note else ""))
+    elif s:
+        tone = "fail"
+        facts.append(f"SLO <b>{e(s.target)}</b>: <b>not met</b> at any {e(s.over)} tried ({len(s.steps)} steps)")
+    else:
+        facts.append("SLO: none given (<code>--slo 'p99_e2e_ms&lt;=200'</code> searches the highest load that meets it)")
+    bad = [p for p in result.points if not p.valid]
+    if bad:
+        tone = "warn" if tone != "fail" else tone
+        facts.append(f"<span class=fail>{len(bad)} of {len(result.points)} load points invalid</span> (the client "
+                     f"could not keep up): {e(bad[0].invalid_reason)}")
+    facts += [f"<span class=warn>{e(w)}</span>" for w in result.warnings]
+    return card(answer, facts, next_command(result), tone=tone)
+
+
+def _table(result: BenchResult) -> str:
+    """At most 12 columns; every figure of every point (the CSV's columns) is folded below it."""
+    stream = any(p.ttft_ms for p in result.points)
+    head = ["load", "valid", "n", "ok req/s", "err %", "E2E P50 ms", "E2E P99 ms"]
+    head += ["TTFT P50 ms", "ITL P50 ms", "out tok/s"] if stream else ["E2E P90 ms", "E2E P99.9 ms", "goodput req/s"]
+    head += ["client lag P99 ms", "SLO"]
+    rows, classes = [], []
+    for p in result.points:
+        lat = p.latency_ms
+        row = [p.label, "yes" if p.valid else "NO", str(p.n), fmt(p.achieved_rps), fmt(p.errors.rate * 100),
+               fmt(lat.p50), fmt(lat.p99)]
+        row += ([fmt(p.ttft_ms and p.ttft_ms.p50), fmt(p.itl_ms and p.itl_ms.p50), fmt(p.output_tokens_per_s)]
+                if stream else [fmt(lat.p90), fmt(lat.p999), fmt(p.goodput_rps)])
+        row += [fmt(p.client.lag_ms.p99), "-" if p.slo_pass is None else "pass" if p.slo_pass else "fail"]
+        rows.append([html.escape(c) for c in row])
+        classes.append("" if p.valid else "bad")
+    full_rows = [[html.escape(fmt(v, "{}")) for v in _row(p).values()] for p in result.points]
+    head_full = [html.escape(k) for k in _row(result.points[0])] if result.points else []
+    return (table([html.escape(h) for h in head], rows, classes) +
+            folded(f"All {len(head_full)} columns (as in bench.csv)", table(head_full, full_rows, left=3)))
 
 
 def write_html(result: BenchResult, path: Path) -> None:
-    rows = "".join(
-        "<tr" + ("" if p.valid else " class=bad") + ">" + "".join(f"<td>{html.escape(fmt(v, '{}'))}</td>"
-                                                                 for v in _row(p).values()) + "</tr>"
-        for p in result.points)
-    head = "".join(f"<th>{html.escape(k)}</th>" for k in _row(result.points[0])) if result.points else ""
+    e = html.escape
     try:
-        plots = _plots(result)
+        from infertune.bench.plots import bench_plots
+
+        plots = bench_plots(result)
     except ImportError:
         plots = [("plots", "<p>matplotlib is not installed: pip install 'infertune[report]'</p>")]
-    summary = []
-    if result.slo:
-        s = result.slo
-        summary.append(f"SLO <b>{html.escape(s.target)}</b>: " + (f"max {s.over} = <b>{s.max_load:.4g}</b>" if s.met
-                                                                  else "not met") + f" (bracket {s.bracket})")
-    if result.knee:
-        k = result.knee
-        summary.append(f"Knee: {k.over} {k.load:g} ({html.escape(k.rule)})")
-        if k.recommended_max_num_seqs:
-            summary.append(f"Recommended vLLM <code>--max-num-seqs {k.recommended_max_num_seqs}</code>: "
-                           f"{html.escape(k.derivation)}")
-    summary += [f"<span class=bad>{html.escape(w)}</span>" for w in result.warnings]
+    notes = []
+    if result.knee and result.knee.recommended_max_num_seqs:
+        notes.append(f"Recommended vLLM <code>--max-num-seqs {result.knee.recommended_max_num_seqs}</code>: "
+                     f"{e(result.knee.derivation)}")
+    if result.slo and result.slo.steps:
+        notes.append(folded(f"SLO search: {len(result.slo.steps)} steps", "<br>".join(e(x) for x in result.slo.steps)))
+    for p in result.points:
+        if p.warning:
+            notes.append(f"<span class=warn>caveat {e(p.label)}: {e(p.warning)}</span>")
+    for tel in result.telemetry:
+        if tel.errors:
+            notes.append(f"telemetry {e(tel.source)}: {len(tel.errors)} scrape errors, first: {e(tel.errors[0])}")
     body = "".join(f"<h2>{t}</h2>{s}" for t, s in plots)
-    doc = f"""<!doctype html><meta charset=utf-8><title>infertune bench</title>
-<style>body{{font:14px sans-serif;margin:2em;max-width:1200px}}table{{border-collapse:collapse;font-size:11px}}
-td,th{{border:1px solid #ccc;padding:2px 4px}}.bad{{color:#b00}}</style>
-<h1>infertune bench: {html.escape(str(result.target.get('url')))} ({html.escape(str(result.target.get('api')))})</h1>
-<p>Latency is measured from each request's <em>scheduled</em> send time. Started {result.started}, wall {result.wall_s} s.
-{html.escape('; '.join(result.notes))}</p><ul>{''.join(f'<li>{s}</li>' for s in summary)}</ul>
-<table><tr>{head}</tr>{rows}</table>{body}"""
-    path.write_text(doc, encoding="utf-8")
+    title = f"infertune bench: {result.target.get('url')} ({result.target.get('api')})"
+    doc = f"""<h1>{e(title)}</h1>
+{_card(result)}
+<p class="note">Latency is measured from each request's <em>scheduled</em> send time; n = requests in the measured
+window (warm-up excluded). Started {e(str(result.started))}, wall {e(str(result.wall_s))} s. {e('; '.join(result.notes))}</p>
+<h2>Load points</h2>{_table(result)}
+{''.join(f'<p>{n}</p>' for n in notes)}
+{body}
+<h2>Environment</h2>{folded('fingerprint', f'<pre>{e(result.environment.model_dump_json(indent=1))}</pre>')}"""
+    path.write_text(document(title, doc), encoding="utf-8")
 
 
 def write_outputs(result: BenchResult, out: Path) -> None:

@@ -91,7 +91,8 @@ class Telemetry:
                     if len(self.prom.out.errors) < 5:
                         self.prom.out.errors.append(f"t={t - self.t0:.1f}s {type(e).__name__}: {str(e)[:120]}")
             if self.nvml:
-                self.nvml.add(t, self._gpu_sample(), {})
+                gpu = self._gpu_sample()
+                self.nvml.add(t, gpu, dict.fromkeys(gpu, "gauge"))  # readings, not counters
             nxt += self.interval
             self._stop.wait(max(0.0, nxt - time.monotonic()))
         if client:

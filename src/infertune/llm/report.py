@@ -116,6 +116,36 @@ def _plots(result: TuneResult) -> dict[str, str]:
     return plots
 
 
+def _lm_card(result: TuneResult) -> str:
+    from infertune.page import card, e, no_winner_card
+
+    win, base = result.winner, result.baseline
+    if win is None:
+        return no_winner_card(result)
+    sp = win.speedup_vs_baseline
+    answer = (f"Serve <b>{e(win.name)}</b>: {_f(win.tokens_per_s)} tokens/s batch-1 decode"
+              + (f", <b>{sp:.2f}x</b> the naive baseline" if sp else ""))
+    facts = []
+    t, bt = win.tpot_ms, base.tpot_ms if base else None
+    if t and t.p50:
+        line = f"TPOT {t.p50:.2f} ms (p5-p95 {_f(t.p5, '{:.2f}')}-{_f(t.p95, '{:.2f}')}, n={t.n} steps)"
+        if bt and bt.p50 and t.p5 and t.p95 and bt.p5 and bt.p95:
+            line += (f" vs baseline {e(base.name)} {bt.p50:.2f} ms (p5-p95 {bt.p5:.2f}-{bt.p95:.2f}, n={bt.n}): "
+                     f"speedup {bt.p50 / t.p50:.2f}x by medians, {bt.p5 / t.p95:.2f}-{bt.p95 / t.p5:.2f}x across "
+                     "the p5-p95 spreads")
+        facts.append(line + ".")
+    a = win.accuracy
+    if a.ppl_delta_rel is not None:
+        facts.append(f"Perplexity {_pct(a.ppl_delta_rel)} vs the reference, top-1 agreement "
+                     f"{_f(a.top1_agreement, '{:.4f}')}, n={a.n} tokens.")
+    if win.ttft_ms and win.ttft_ms.p50:
+        facts.append(f"TTFT {win.ttft_ms.p50:.1f} ms at the median prompt length (n={win.ttft_ms.n}).")
+    if win.weight_bytes:
+        facts.append(f"Weights read per decode step: {win.weight_bytes / 2**20:.0f} MiB"
+                     + (f" ({win.roofline_fraction:.0%} of the memory roofline)." if win.roofline_fraction else "."))
+    return card(answer, facts, result.next_command, tone="pass")
+
+
 def write_lm_report(result: TuneResult, path: Path) -> Path:
     from infertune.tuning.summary import search_lines
 
@@ -123,22 +153,24 @@ def write_lm_report(result: TuneResult, path: Path) -> Path:
     plots = _plots(result)
     head, body = rows(result)
     reasons = {r.name: r.reason for r in result.candidates}
-    table = "<tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "<th>reason</th></tr>" + "".join(
-        f"<tr class='{row[1]}'>" + "".join(f"<td>{e(x)}</td>" for x in row) + f"<td>{e(reasons[row[0]])}</td></tr>"
-        for row in body)
+    win = result.winner.name if result.winner else None
+    left = lambda i: " class='l'" if i < 2 else ""  # noqa: E731
+    table = "<tr>" + "".join(f"<th{left(i)}>{e(h)}</th>" for i, h in enumerate(head)) + "<th class='l'>reason</th></tr>" + "".join(
+        f"<tr class='{'winner' if row[0] == win else row[1]}'>" + "".join(f"<td{left(i)}>{e(x)}</td>" for i, x in enumerate(row))
+        + f"<td class='l'>{e(reasons[row[0]])}</td></tr>" for row in body)
     sections = "".join(f"<h2>{t}</h2>{plots[k]}" for k, t in (
         ("tpot", "TPOT vs batch"), ("ttft", "TTFT vs prompt length"), ("pareto", "Speed vs perplexity drift"))
         if k in plots)
-    doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>infertune: {e(result.model)}</title>
-<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1300px}}table{{border-collapse:collapse;font-size:13px}}
-td,th{{border:1px solid #ccc;padding:3px 6px}}tr.rejected{{color:#a60}}tr.failed,tr.skipped{{color:#999}}
-svg{{max-width:100%;height:auto}}</style></head><body>
-<h1>infertune tune: {e(result.model)} (causal LM)</h1>
-<p>{'<br>'.join(e(x) for x in result.decision)}</p>
+    doc = f"""<h1>infertune tune: {e(result.model)} (causal LM)</h1>
+{_lm_card(result)}
+<h2>Decision</h2><p>{'<br>'.join(e(x) for x in result.decision)}</p>
 <h2>Search</h2><p>{'<br>'.join(e(x) for x in search_lines(result))}</p>
 <h2>Candidates</h2><table>{table}</table>{sections}
 <h2>Setup</h2><pre>{e(json.dumps(result.lm, indent=2))}</pre>
-<h2>Environment</h2><pre>{e(result.environment.model_dump_json(indent=2))}</pre>
-<h2>Config</h2><pre>{e(json.dumps(result.config, indent=2))}</pre></body></html>"""
-    path.write_text(doc)
+<h2>Environment</h2><details><summary>fingerprint</summary><pre>{e(result.environment.model_dump_json(indent=2))}</pre></details>
+<h2>Config</h2><details><summary>config</summary><pre>{e(json.dumps(result.config, indent=2))}</pre></details>"""
+    from infertune.page import document
+
+    doc = document(f"infertune tune: {result.model}", doc)
+    path.write_text(doc, encoding="utf-8")
     return path

@@ -1,0 +1,129 @@
+"""Each HTML report, rendered from recorded results, opened in a real headless browser (Debian's chromium
+driven by playwright): no console or page errors, nothing requested from outside the file, the headline
+card present and saying the answer, no page wider than the window.
+
+Screenshots go to $INFERTUNE_SCREENSHOTS when set (`make screenshots` sets docs/screenshots), else to the
+test's temporary directory. Skipped, with the reason, when playwright or a chromium binary is missing
+(`make test` installs both where it can: see the Makefile's browser step)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+import report_inputs as inputs  # noqa: E402
+
+WIDTH = 1280
+MAX_SHOT_HEIGHT = 2600  # px: the card, the table and the first plots; keeps the PNGs small
+
+
+def chromium_path() -> str | None:
+    env = os.environ.get("INFERTUNE_CHROMIUM")
+    if env:
+        return env if Path(env).exists() else None
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    pw = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: pip install playwright "
+                             "(part of infertune[dev])")
+    exe = chromium_path()
+    if exe is None:
+        pytest.skip("no chromium binary found (apt-get install chromium, or set INFERTUNE_CHROMIUM); playwright's own "
+                    "browser download is not used")
+    with pw.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()
+
+
+def _shot_dir(tmp_path: Path) -> Path:
+    d = Path(os.environ.get("INFERTUNE_SCREENSHOTS") or tmp_path)
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _small_png(raw: bytes, path: Path) -> None:
+    """A palette PNG (128 colours): text and flat plots stay sharp at a fraction of the size."""
+    import io
+
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(raw)).convert("RGB")
+    img.quantize(colors=128, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
+
+
+def _render(kind: str, tmp_path: Path) -> Path:
+    out = tmp_path / f"{kind}.html"
+    if kind == "tune-lm":
+        from infertune.llm.report import write_lm_report
+
+        write_lm_report(inputs.tune(inputs.TUNE_LM), out)
+    elif kind.startswith("tune"):
+        from infertune.report import write_report
+
+        write_report(inputs.tune() if kind == "tune-winner" else inputs.tune_no_winner(), out)
+    elif kind.startswith("bench"):
+        from infertune.bench.report import write_html
+
+        write_html(inputs.bench() if kind == "bench" else inputs.bench_sweep(), out)
+    else:
+        from infertune.validate.report import write_html
+
+        write_html(inputs.validate(inputs.VALIDATE_UNCONFIRMED if kind == "validate"
+                                   else inputs.VALIDATE_PASSED), out)
+    return out
+
+
+CASES = {
+    "tune-winner": r"^Serve openvino/bf16/tokens-2048: 315\.9 items/s, 4\.18x the naive baseline",
+    "tune-no-winner": r"^No winner: no candidate met every constraint",
+    "tune-lm": r"^Serve cuda-graph-compile/bf16: 776\.8 tokens/s batch-1 decode, 31\.88x the naive baseline",
+    "bench": r"^Max throughput 303\.1 req/s",
+    "bench-sweep-synthetic": r"^Max throughput 64\.0 req/s",
+    "validate": r"^SLO NOT MET: every drill passed its own rule, but the soak's P99 505\.6 ms",
+    "validate-passed": r"^PASSED: all 6 drills passed",
+}
+
+
+@pytest.mark.parametrize("kind", list(CASES))
+def test_report_renders_in_a_browser_with_its_headline(browser, kind, tmp_path):
+    html_path = _render(kind, tmp_path)
+    page = browser.new_page(viewport={"width": WIDTH, "height": 900})
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning")
+            else None)
+    page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+
+    def only_the_file(route):
+        url = route.request.url
+        if url.startswith(("file:", "data:", "about:")):
+            return route.continue_()
+        problems.append(f"requested from outside the file: {url}")
+        return route.abort()
+
+    page.route("**/*", only_the_file)
+    page.goto(html_path.as_uri(), wait_until="load")
+    headline = page.locator("#headline")
+    assert headline.count() == 1 and headline.is_visible(), f"{kind}: no headline card"
+    text = " ".join(headline.inner_text().split())
+    assert re.search(CASES[kind], text), f"{kind}: headline reads {text!r}"
+    assert page.locator("svg").count() >= 1, f"{kind}: no plot"
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= WIDTH, f"{kind}: the page is {width} px wide in a {WIDTH} px window"
+    height = min(page.evaluate("document.documentElement.scrollHeight"), MAX_SHOT_HEIGHT)
+    raw = page.screenshot(clip={"x": 0, "y": 0, "width": WIDTH, "height": height}, full_page=True)
+    _small_png(raw, _shot_dir(tmp_path) / f"{kind}.png")
+    page.close()
+    assert not problems, f"{kind}: {problems}"
