@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from infertune.cli.options import Duration
+
 
 def register(app: typer.Typer) -> None:
     app.command("tune")(tune_cmd)
@@ -39,8 +41,8 @@ def tune_cmd(
     max_ppl_delta: Annotated[float, typer.Option(help="causal LMs: allowed perplexity rise vs the reference (0.02 = +2%)")] = 0.02,
     min_top1: Annotated[float, typer.Option(help="causal LMs: minimum next-token top-1 agreement with the reference")] = 0.97,
     lm_batches: Annotated[str, typer.Option(help="causal LMs: decode batch sizes for TPOT, comma-separated")] = "1,8,32",
-    lm_time_budget: Annotated[float, typer.Option(help="causal LMs: the default --time-budget (seconds; halved with --quick)")] = 540,
-    time_budget: Annotated[float | None, typer.Option(help="wall-clock budget of the whole run in seconds, honoured within ~10%: every stage scales to it and candidates that cannot start in time are skipped with that reason. Default: 300 (150 with --quick) for embeddings on CPU, 180 on GPU, --lm-time-budget for causal LMs")] = None,
+    lm_time_budget: Annotated[float, Duration("causal LMs: the default --time-budget (halved with --quick)")] = 540,
+    time_budget: Annotated[float | None, Duration("wall-clock budget of the whole run, honoured within ~10%: every stage scales to it and candidates that cannot start in time are skipped with that reason. Default: 5m (2.5m with --quick) for embeddings on CPU, 3m on GPU, --lm-time-budget for causal LMs")] = None,
     drop_below: Annotated[float, typer.Option(help="successive halving: drop a candidate whose short probe runs below this fraction of the best verified probe so far (0 keeps every candidate)")] = _default("drop_below"),
     as_json: Annotated[bool, typer.Option("--json", help="print results.json to stdout; humans read stderr")] = False,
 ) -> None:
@@ -54,6 +56,9 @@ def tune_cmd(
     Writes results.json, report.html and artifact/ (servable with `infertune serve`).
     Exit codes: 0 a winner; 2 bad input; 3 no candidate met the constraints (results.json's
     `achievable` and the printed decision give the flags that would admit the best ones)."""
+    from infertune.extras import require
+
+    require("tune")
     from infertune.config import SLO, AccuracyBudget, LMAccuracyBudget, TuneConfig
     from infertune.errors import InfertuneError
     from infertune.tune import tune

@@ -25,6 +25,28 @@ def out_dir(cfg: TuneConfig) -> Path:
     return out
 
 
+def point_latest(out: Path) -> Path | None:
+    """`runs/latest` -> this run, when the run lives in a directory named `runs` (the default
+    `runs/<timestamp>`, or `--out runs/quick`), so `infertune serve runs/latest/artifact` serves the last
+    tune. A relative symlink, replaced atomically; where symlinks are not allowed, nothing (None)."""
+    import os
+
+    if out.resolve().parent.name != "runs":
+        return None
+    link = out.parent / "latest"
+    if out.name == "latest":
+        return None
+    tmp = out.parent / f".latest.{os.getpid()}"
+    try:
+        if tmp.is_symlink() or tmp.exists():
+            tmp.unlink()
+        tmp.symlink_to(out.name, target_is_directory=True)
+        os.replace(tmp, link)
+    except OSError:
+        return None
+    return link
+
+
 def write(result: TuneResult, out: Path) -> None:
     tmp = out / "results.json.tmp"
     tmp.write_text(json.dumps(result.model_dump(mode="json"), indent=2))
@@ -119,6 +141,7 @@ def tune(config: TuneConfig | None = None, quiet: bool = False, candidates: list
         task.write_report(result, out / "report.html")
     except Exception as e:  # noqa: BLE001 - a plotting problem must not lose the results
         console.print(f"[yellow]report.html not written: {e}[/]")
+    point_latest(out)
     return result
 
 

@@ -7,31 +7,17 @@ Contract (read by other tools; extend, never rename): validate.json has `drills`
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from infertune.durations import parse_duration  # noqa: F401  (one parser; this import path is kept)
 from infertune.errors import InfertuneError
 from infertune.results import EnvFingerprint
 
 FAULTS = ("kill-worker", "stall", "burst", "oom-guard")
 Fault = Literal["kill-worker", "stall", "burst", "oom-guard"]
-_DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
-
-
-def parse_duration(text: str | float) -> float:
-    """'90' / '90s' / '10m' / '1h' / '500ms' -> seconds."""
-    if isinstance(text, int | float):
-        return float(text)
-    m = _DUR.match(text)
-    if not m:
-        raise InfertuneError(f"cannot read duration {text!r}; write e.g. 30s, 10m or 1h")
-    mult = {"ms": 0.001, "s": 1, None: 1, "m": 60, "min": 60, "h": 3600}[m.group(2)]
-    return float(m.group(1)) * mult
-
-
 class ValidateConfig(BaseModel):
     """Everything `infertune validate` needs. Thresholds are the pass/fail rules; each drill's evidence
     repeats the threshold it was judged by."""
