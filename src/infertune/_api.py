@@ -61,6 +61,9 @@ class Command:
         return resolve(self._target).__doc__
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from infertune.extras import require
+
+        require(self._name)  # a missing extra: InfertuneError naming the pip install, not a deep ImportError
         return resolve(self._target)(*args, **kwargs)
 
     def _mod(self) -> types.ModuleType:

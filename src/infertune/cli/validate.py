@@ -74,6 +74,9 @@ def validate_cmd(
     seed: Annotated[int, typer.Option(help="seed for schedules")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print validate.json to stdout; humans read stderr")] = False,
 ) -> None:
+    from infertune.extras import require
+
+    require("validate" if target.startswith(("http://", "https://")) else "validate-start")
     from rich.console import Console
 
     from infertune.validate.config import ValidateConfig
