@@ -64,11 +64,10 @@ def bench_cmd(
     from infertune.extras import require
 
     require("bench")
-    from rich.console import Console
-
     from infertune.bench.config import BenchConfig
     from infertune.bench.report import print_summary, to_json
     from infertune.bench.runner import bench
+    from infertune.console import console
     from infertune.errors import InfertuneError
 
     if api not in ("embeddings", "completions", "chat"):
@@ -89,8 +88,8 @@ def bench_cmd(
         workers="auto" if workers == "auto" else int(workers), timeout=timeout, max_lag_ms=max_lag_ms,
         metrics_url=metrics_url, seed=seed, out=out, save_requests=save_requests, http_client=http_client,
     )
-    con = Console(stderr=True)
-    result = bench(cfg, log=lambda s: con.print(s, highlight=False, markup=False))
+    con = console(stderr=True)
+    result = bench(cfg, log=lambda s: con.print(s, markup=False))
     print_summary(result)
     if as_json:
         typer.echo(to_json(result))

@@ -28,7 +28,16 @@ Examples:
   infertune validate runs/quick/artifact --soak 10m --out runs/validate
   infertune validate http://127.0.0.1:8000 --peak 50 --soak 2m --faults burst,oom-guard
 
-Exit code 1 when a drill fails, 2 for a usage error."""
+The peak: --peak, or the highest rate bench's SLO search confirmed (its answer passed every repeat). When
+the answer did not repeat, the soak runs at the highest rate that passed every time it ran, and the
+console and validate.json (peak.basis) say so; when no rate repeated, validate refuses (exit 2).
+
+\b
+Exit codes:
+  0  every drill that ran passed, the soak's latency within --slo
+  1  a drill failed (errors, a leak, P99 drift, a hang, no recovery, ...)
+  2  a usage error, or nothing answers at the URL
+  4  the server held up, but the soak's latency broke --slo (SLO NOT MET: not a PASS)"""
 
 
 def register(app: typer.Typer) -> None:
@@ -77,8 +86,7 @@ def validate_cmd(
     from infertune.extras import require
 
     require("validate" if target.startswith(("http://", "https://")) else "validate-start")
-    from rich.console import Console
-
+    from infertune.console import console
     from infertune.validate.config import ValidateConfig
     from infertune.validate.report import print_summary
     from infertune.validate.runner import validate
@@ -95,10 +103,12 @@ def validate_cmd(
 
     # SIGTERM stops validate like Ctrl-C: the finally blocks run and the server it started is stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    con = Console(stderr=True)
-    result = validate(cfg, log=lambda s: con.print(s, highlight=False, markup=False))
+    con = console(stderr=True)
+    result = validate(cfg, log=lambda s: con.print(s, markup=False))
     print_summary(result)
+    style = {0: "bold green", 4: "bold yellow"}.get(result.exit_code, "bold red")
+    con.print(f"verdict: {result.verdict} (exit {result.exit_code})", style=style, markup=False)
     if as_json:
         typer.echo(json.dumps(result.model_dump(mode="json"), indent=1))
-    if not result.passed:
-        raise typer.Exit(1)
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)

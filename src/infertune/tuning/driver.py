@@ -80,13 +80,12 @@ def tune(config: TuneConfig | None = None, quiet: bool = False, candidates: list
 
     `candidates` (embeddings) replaces the default candidate list (the naive baseline and the fp32
     reference are always added), e.g. to try a third-party backend registered under `infertune.backends`."""
-    from rich.console import Console
-
+    from infertune.console import console as make_console
     from infertune.hardware import detect, needs
     from infertune.worker import warm_up_workers
 
     cfg = config or TuneConfig()
-    console = Console(stderr=True, quiet=quiet)
+    console = make_console(stderr=True, quiet=quiet)
     t0 = time.perf_counter()
     budget = Budget(1.0)  # replaced once the task knows its default
     # the model resolved and the workload read first: a user's mistake there is reported in about a second,

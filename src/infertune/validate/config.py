@@ -89,7 +89,10 @@ class ValidateResult(BaseModel):
     target: dict[str, Any] = {}  # url, started by validate or not, model, api, server limits
     peak: dict[str, Any] = {}  # rps, source (flag | slo-search), slo, search steps
     drills: list[Drill] = []
-    passed: bool = False  # every drill that ran passed
+    passed: bool = False  # every drill that ran passed (the soak's latency within the SLO included)
+    slo_met: bool | None = None  # the soak's latency against --slo (None: no soak)
+    verdict: str = ""  # one line: PASSED / SLO NOT MET / FAILED, with what decided it
+    exit_code: int = 1  # the CLI's: 0 passed, 4 only the soak's SLO missed, 1 a drill failed
     load_average: dict[str, list[float]] = {}  # os.getloadavg() at start and end: the box is shared
     started: str = ""
     wall_s: float = 0.0
