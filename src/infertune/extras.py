@@ -44,12 +44,12 @@ def missing(command: str) -> list[tuple[str, str]]:
 
 def install_line(command: str) -> str | None:
     """The one line to print when something is missing, or None when everything is there."""
-    gone = missing(command)
+    gone = missing(command)  # may name a module twice (prometheus_client is in [serve] and [bench])
     if not gone:
         return None
     extras = sorted({extra for _, extra in NEEDS[command]})  # every extra the command uses: one install fixes it
     name = command.split("-")[0].replace("_model", "")
-    mods = ", ".join(m for m, _ in gone)
+    mods = ", ".join(dict.fromkeys(m for m, _ in gone))
     return f"infertune {name} needs {mods}, not installed here; run: pip install 'infertune[{','.join(extras)}]'"
 
 
