@@ -42,6 +42,30 @@ def missing(command: str) -> list[tuple[str, str]]:
     return [(m, extra) for m, extra in NEEDS.get(command, []) if not installed(m)]
 
 
+def pip_install(extras: list[str]) -> str:
+    """The pip command that adds `extras` to this install: from the source checkout this code runs from
+    (editable), from the local directory it was installed from (PEP 610 direct_url.json), else by name."""
+    from pathlib import Path
+
+    spec = f"[{','.join(extras)}]"
+    root = Path(__file__).resolve().parents[2]
+    if (root / "pyproject.toml").is_file() and (root / "src" / "infertune").is_dir():
+        return f"pip install -e '{root}{spec}'"
+    try:
+        import json
+        from importlib.metadata import distribution
+        from urllib.parse import unquote, urlparse
+
+        direct = json.loads(distribution("infertune").read_text("direct_url.json") or "{}")
+        url = urlparse(direct.get("url", ""))
+        if url.scheme == "file" and Path(unquote(url.path)).is_dir():
+            editable = "-e " if direct.get("dir_info", {}).get("editable") else ""
+            return f"pip install {editable}'{unquote(url.path)}{spec}'"
+    except Exception:  # noqa: BLE001 - no metadata (running from a copy): the name
+        pass
+    return f"pip install 'infertune{spec}'"
+
+
 def install_line(command: str) -> str | None:
     """The one line to print when something is missing, or None when everything is there."""
     gone = missing(command)  # may name a module twice (prometheus_client is in [serve] and [bench])
@@ -50,7 +74,7 @@ def install_line(command: str) -> str | None:
     extras = sorted({extra for _, extra in NEEDS[command]})  # every extra the command uses: one install fixes it
     name = command.split("-")[0].replace("_model", "")
     mods = ", ".join(dict.fromkeys(m for m, _ in gone))
-    return f"infertune {name} needs {mods}, not installed here; run: pip install 'infertune[{','.join(extras)}]'"
+    return f"infertune {name} needs {mods}, not installed here; run: {pip_install(extras)}"
 
 
 def require(command: str) -> None:
