@@ -34,3 +34,19 @@ def format_duration(seconds: float) -> str:
         if seconds >= mult and seconds % mult == 0:
             return f"{seconds / mult:g}{unit}"
     return f"{seconds:g}s"
+
+
+def _to_seconds(value: object) -> object:
+    return parse_duration(value) if isinstance(value, str) else value
+
+
+def _seconds_type():
+    from typing import Annotated
+
+    from pydantic import BeforeValidator
+
+    return Annotated[float, BeforeValidator(_to_seconds)]
+
+
+# a pydantic field type: seconds as a float, also given as "90s", "10m", "1h" (configs take what flags take)
+Seconds = _seconds_type()

@@ -169,3 +169,19 @@ def test_tune_points_runs_latest_at_the_run(tmp_path):
     elsewhere = tmp_path / "other" / "x"
     elsewhere.mkdir(parents=True)
     assert point_latest(elsewhere) is None and not (tmp_path / "other" / "latest").exists()
+
+
+def test_configs_take_the_same_syntax_as_the_flags():
+    from infertune.bench.config import BenchConfig
+    from infertune.config import TuneConfig
+    from infertune.serve.config import ServeConfig
+    from infertune.validate.config import ValidateConfig
+
+    b = BenchConfig(url="http://127.0.0.1:9", duration="1m", warmup="500ms", timeout=5)
+    assert (b.duration, b.warmup, b.timeout) == (60.0, 0.5, 5.0)
+    assert TuneConfig(time_budget_s="5m").time_budget_s == 300.0
+    assert ServeConfig(model="minilm", request_timeout_s="2m", drain_s="1s").request_timeout_s == 120.0
+    v = ValidateConfig(target="http://127.0.0.1:9", soak_s="1h", timeout_s="30s")
+    assert (v.soak_s, v.timeout_s) == (3600.0, 30.0)
+    with pytest.raises(InfertuneError, match="10m"):
+        BenchConfig(url="http://127.0.0.1:9", duration="soon")
