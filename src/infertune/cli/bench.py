@@ -36,7 +36,7 @@ def bench_cmd(
     rate: Annotated[str | None, typer.Option(help="open loop: requests/s, e.g. 10,50,100")] = None,
     arrivals: Annotated[str, typer.Option(help="constant or poisson (seeded)")] = "constant",
     sweep: Annotated[bool, typer.Option(help="one-at-a-time, saturation, then rates in between")] = False,
-    slo: Annotated[str | None, typer.Option(help="search the highest load meeting e.g. 'p99_e2e_ms<=200'")] = None,
+    slo: Annotated[str | None, typer.Option(help="search the highest load meeting e.g. 'p99_e2e_ms<=200': per-request latency, end to end from its scheduled send time (queueing included)")] = None,
     slo_over: Annotated[str, typer.Option(help="what the SLO search varies: rate or concurrency")] = "rate",
     slo_keepup: Annotated[float, typer.Option(help="rate search: a point also fails when completions in its window fall below this share of sends (a queue grew); 0 = off")] = 0.95,
     slo_recheck: Annotated[bool, typer.Option("--slo-recheck/--no-slo-recheck", help="search: measure a marginal failure (kept up with 88%+ of sends, latency within 2x the limit) once more before believing it")] = True,

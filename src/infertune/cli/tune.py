@@ -26,7 +26,7 @@ def tune_cmd(
     model: Annotated[str, typer.Argument(help="alias (minilm, smollm2), model directory, .gguf or config.json")] = "minilm",
     workload: Annotated[Path | None, typer.Option(help="JSONL ({\"input\": ...} or {\"text\": ...}) or text, one item a line; default: built-in sample")] = None,
     device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
-    slo_p99_ms: Annotated[float, typer.Option(help="P99 latency of one batch, tokenization included (ms)")] = 100.0,
+    slo_p99_ms: Annotated[float, typer.Option(help="P99 latency of one batch inside the server, tokenization included, queueing not (ms); bench/validate --slo is per request, end to end")] = 100.0,
     min_cosine: Annotated[float, typer.Option(help="accuracy budget: mean cosine vs fp32 reference")] = 0.995,
     min_cosine_min: Annotated[float, typer.Option(help="accuracy budget: worst single item's cosine")] = 0.98,
     quick: Annotated[bool, typer.Option(help="fewer candidates, items and rounds (about 2 min on 2 cores)")] = False,

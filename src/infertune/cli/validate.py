@@ -60,7 +60,7 @@ def _faults(text: str) -> list[str]:
 def validate_cmd(
     target: Annotated[str, typer.Argument(help="artifact / model to serve, or http(s) URL of a running server")],
     peak: Annotated[float | None, typer.Option(help="peak req/s (default: found by bench's SLO search)")] = None,
-    slo: Annotated[str, typer.Option(help="SLO for the peak search and latency bounds")] = "p99_e2e_ms<=200",
+    slo: Annotated[str, typer.Option(help="per-request SLO, end to end as a client sees it (queueing included): the peak search's target and the soak's bound (a soak over it exits 4)")] = "p99_e2e_ms<=200",
     soak: Annotated[float, Duration("soak duration (0 = no soak)")] = "60m",
     soak_fraction: Annotated[float, typer.Option(help="soak rate as a fraction of the peak")] = 0.8,
     faults: Annotated[str, typer.Option(help="kill-worker,stall,burst,oom-guard (or none)")] = "kill-worker,stall,burst,oom-guard",
