@@ -116,3 +116,7 @@ def test_unknown_attribute_says_so():
     with pytest.raises(AttributeError, match="no_such_thing"):
         infertune.no_such_thing  # noqa: B018
     assert "bench" in dir(infertune) and inspect.getdoc(infertune.doctor).startswith("Probe")
+
+
+def test_all_lists_every_command():
+    assert set(infertune.__all__) == {"InfertuneError", "__version__", *COMMANDS}
