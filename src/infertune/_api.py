@@ -72,6 +72,8 @@ class Command:
         return importlib.import_module(self._module)
 
     def __getattr__(self, attr: str) -> Any:
+        if attr in Command.__slots__:  # not set yet (copy, unpickling): no recursion through _mod()
+            raise AttributeError(attr)
         if attr in ("__name__", "__qualname__", "__annotations__"):
             return getattr(resolve(self._target), attr)
         mod = self._mod()
@@ -87,7 +89,20 @@ class Command:
         raise AttributeError(f"infertune.{self._name} has no attribute {attr!r}")
 
     def __setattr__(self, attr: str, value: Any) -> None:  # monkeypatch.setattr(infertune.bench, ...)
+        if attr in Command.__slots__:
+            object.__setattr__(self, attr, value)
+            return
         setattr(self._mod(), attr, value)
+
+    # one Command per name: copies and pickles are the package's own
+    def __copy__(self) -> Command:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> Command:
+        return self
+
+    def __reduce__(self) -> tuple:
+        return _command, (self._name,)
 
     def __delattr__(self, attr: str) -> None:
         delattr(self._mod(), attr)
@@ -97,6 +112,12 @@ class Command:
 
     def __repr__(self) -> str:
         return f"<infertune function {self._name} ({self._target})>"
+
+
+def _command(name: str) -> Command:
+    import infertune
+
+    return getattr(infertune, name)
 
 
 class _Package(types.ModuleType):

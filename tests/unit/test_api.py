@@ -120,3 +120,14 @@ def test_unknown_attribute_says_so():
 
 def test_all_lists_every_command():
     assert set(infertune.__all__) == {"InfertuneError", "__version__", *COMMANDS}
+
+
+def test_a_command_survives_copy_and_pickle_free_introspection():
+    import copy
+
+    c = copy.copy(infertune.plan)
+    assert c is infertune.plan and repr(infertune.plan).startswith("<infertune function plan")
+    import pickle
+
+    assert copy.deepcopy(infertune.bench) is infertune.bench
+    assert pickle.loads(pickle.dumps(infertune.validate)) is infertune.validate

@@ -106,6 +106,8 @@ def validate_cmd(
     con = console(stderr=True)
     result = validate(cfg, log=lambda s: con.print(s, markup=False))
     print_summary(result)
+    if result.peak.get("note"):  # the peak soaked is not the search's answer: said again next to the verdict
+        con.print(f"peak: {result.peak['note']}", markup=False)
     style = {0: "bold green", 4: "bold yellow"}.get(result.exit_code, "bold red")
     con.print(f"verdict: {result.verdict} (exit {result.exit_code})", style=style, markup=False)
     if as_json:
