@@ -140,7 +140,9 @@ def tune(config: TuneConfig | None = None, quiet: bool = False, candidates: list
         task.write_report(result, out / "report.html")
     except Exception as e:  # noqa: BLE001 - a plotting problem must not lose the results
         console.print(f"[yellow]report.html not written: {e}[/]")
-    point_latest(out)
+    link = point_latest(out)
+    if link is not None:
+        console.print(f"{link} -> {out.name} (infertune serve {link}/artifact serves this run's pick)", markup=False)
     return result
 
 
