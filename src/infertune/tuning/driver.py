@@ -142,7 +142,8 @@ def tune(config: TuneConfig | None = None, quiet: bool = False, candidates: list
         console.print(f"[yellow]report.html not written: {e}[/]")
     link = point_latest(out)
     if link is not None:
-        console.print(f"{link} -> {out.name} (infertune serve {link}/artifact serves this run's pick)", markup=False)
+        serve = f" (infertune serve {link}/artifact serves this run's pick)" if result.artifact else ""
+        console.print(f"{link} -> {out.name}{serve}", markup=False)
     return result
 
 
