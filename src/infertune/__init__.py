@@ -3,36 +3,38 @@ without changing its answers, and prove it.
 
 `import infertune` is light: no torch, no transformers. Heavy libraries load inside the
 functions that need them.
+
+Library: `infertune.tune(TuneConfig(...))`, `infertune.serve(ServeConfig(...))`,
+`infertune.bench(BenchConfig(...))`, `infertune.validate(ValidateConfig(...))`,
+`infertune.plan(PlanConfig(...))`, `infertune.doctor(DoctorConfig(...))`,
+`infertune.inspect_model(InspectConfig(...))`, `infertune.explain(ExplainConfig(...))`. They stay
+callable after their subpackages are imported (`infertune/_api.py` says how).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import sys
+from typing import TYPE_CHECKING
 
+from infertune._api import COMMANDS, Command, _Package
 from infertune.errors import InfertuneError
 
 __version__ = "0.1.0"
-__all__ = ["InfertuneError", "__version__", "tune", "serve", "bench", "doctor", "inspect_model", "plan", "validate"]
-
-_LAZY = {
-    "tune": "infertune.tune:tune",
-    "serve": "infertune.serve.app:serve",
-    "bench": "infertune.bench.runner:bench",
-    "doctor": "infertune.doctor.checks:doctor",
-    "inspect_model": "infertune.inspect:inspect_model",
-    "plan": "infertune.plan.planner:plan",
-    "validate": "infertune.validate.runner:validate",
-}
+__all__ = ["InfertuneError", "__version__", "tune", "serve", "bench", "validate", "plan", "doctor", "inspect_model",
+           "explain"]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from infertune.tune import tune  # noqa: F401
+    from infertune.bench.runner import bench
+    from infertune.doctor.checks import doctor
+    from infertune.doctor.explain import explain
+    from infertune.inspect import inspect_model
+    from infertune.plan.planner import plan
+    from infertune.serve.app import serve
+    from infertune.tuning.driver import tune
+    from infertune.validate.runner import validate
+else:
+    for _name, (_target, _module) in COMMANDS.items():
+        globals()[_name] = Command(_name, _target, _module)
+    del _name, _target, _module
 
-
-def __getattr__(name: str) -> Any:
-    target = _LAZY.get(name)
-    if target is None:
-        raise AttributeError(f"module 'infertune' has no attribute {name!r}")
-    import importlib
-
-    module, attr = target.split(":")
-    return getattr(importlib.import_module(module), attr)
+sys.modules[__name__].__class__ = _Package

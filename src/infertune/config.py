@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from infertune.durations import Seconds
+
 Device = Literal["cpu", "cuda"]
 
 
@@ -104,7 +106,7 @@ class TuneConfig(BaseModel):
     tie_margin: float = Field(0.10, ge=0, lt=1, description=(
         "a simpler engine (eager < onnxruntime < compile) within this fraction of the fastest eligible "
         "candidate's items/s wins instead: the difference is inside the run-to-run noise"))
-    candidate_timeout_s: float = Field(600, gt=0)
+    candidate_timeout_s: Seconds = Field(600, gt=0)
     threads: int | None = None
     pooling: str | None = None  # override for plain HF encoders: mean | cls | last
     # embed | generate: what the model is for, when its files do not say (infertune.models.kind decides otherwise)
@@ -115,9 +117,9 @@ class TuneConfig(BaseModel):
     sensitivity: bool = True
     lm_accuracy: LMAccuracyBudget = LMAccuracyBudget()  # causal LMs (issue 6)
     lm_batches: tuple[int, ...] = Field((1, 8, 32), description="causal LMs: decode batch sizes for TPOT")
-    lm_time_budget_s: float = Field(540, gt=0, description="causal LMs: the default time budget when "
+    lm_time_budget_s: Seconds = Field(540, gt=0, description="causal LMs: the default time budget when "
                                     "time_budget_s is not set")
-    time_budget_s: float | None = Field(None, gt=0, description=(
+    time_budget_s: Seconds | None = Field(None, gt=0, description=(
         "wall-clock budget of the whole run, sensitivity search included; default: 300 s for embeddings "
         "on CPU (150 with --quick), 180 s on GPU; lm_time_budget_s for causal LMs (half with --quick)"))
     drop_below: float = Field(0.5, ge=0, lt=1, description=(

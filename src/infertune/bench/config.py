@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from infertune.durations import Seconds
+
 Api = Literal["embeddings", "completions", "chat"]
 
 
@@ -49,10 +51,10 @@ class BenchConfig(BaseModel):
         "search: measure a marginal failure once more before believing it (shared hosts fail points by luck)"))
     max_error_rate: float = Field(0.01, ge=0, le=1, description="a point with more errors fails any SLO")
     # bounds
-    duration: float = Field(10.0, gt=0, le=3600, description="measured seconds per point (after warm-up)")
-    warmup: float = Field(2.0, ge=0, le=600, description="seconds per point whose requests are not counted")
+    duration: Seconds = Field(10.0, gt=0, le=3600, description="measured seconds per point (after warm-up)")
+    warmup: Seconds = Field(2.0, ge=0, le=600, description="seconds per point whose requests are not counted")
     max_requests: int | None = Field(None, gt=0, description="cap on requests scheduled per point")
-    timeout: float = Field(60.0, gt=0, description="per-request timeout (s)")
+    timeout: Seconds = Field(60.0, gt=0, description="per-request timeout (s)")
     seed: int = 0
     # client
     workers: int | Literal["auto"] = "auto"

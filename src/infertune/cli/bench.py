@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from infertune.cli.options import Duration
+
 
 def register(app: typer.Typer) -> None:
     app.command("bench")(bench_cmd)
@@ -34,21 +36,21 @@ def bench_cmd(
     rate: Annotated[str | None, typer.Option(help="open loop: requests/s, e.g. 10,50,100")] = None,
     arrivals: Annotated[str, typer.Option(help="constant or poisson (seeded)")] = "constant",
     sweep: Annotated[bool, typer.Option(help="one-at-a-time, saturation, then rates in between")] = False,
-    slo: Annotated[str | None, typer.Option(help="search the highest load meeting e.g. 'p99_e2e_ms<=200'")] = None,
+    slo: Annotated[str | None, typer.Option(help="search the highest load meeting e.g. 'p99_e2e_ms<=200': per-request latency, end to end from its scheduled send time (queueing included)")] = None,
     slo_over: Annotated[str, typer.Option(help="what the SLO search varies: rate or concurrency")] = "rate",
     slo_keepup: Annotated[float, typer.Option(help="rate search: a point also fails when completions in its window fall below this share of sends (a queue grew); 0 = off")] = 0.95,
     slo_recheck: Annotated[bool, typer.Option("--slo-recheck/--no-slo-recheck", help="search: measure a marginal failure (kept up with 88%+ of sends, latency within 2x the limit) once more before believing it")] = True,
     slo_start: Annotated[float | None, typer.Option(help="search: the first load to measure (default: the one-at-a-time rate, measured first)")] = None,
     slo_step: Annotated[float, typer.Option(help="search: bracketing factor; a small one (1.1) saves points when --slo-start is near the answer (below 2 it grows toward 2 while the boundary is not bracketed)")] = 2.0,
-    duration: Annotated[float, typer.Option(help="measured seconds per point")] = 10.0,
-    warmup: Annotated[float, typer.Option(help="seconds per point not counted")] = 2.0,
+    duration: Annotated[float, Duration("measured time per point")] = 10.0,
+    warmup: Annotated[float, Duration("time per point sent but not counted")] = 2.0,
     max_requests: Annotated[int | None, typer.Option(help="cap on measured requests per point")] = None,
     stream: Annotated[bool | None, typer.Option("--stream/--no-stream", help="stream completions/chat (default on)")] = None,
     workers: Annotated[str, typer.Option(help="load processes: a number or auto")] = "auto",
     http_client: Annotated[str, typer.Option(
         help="auto (lean httptools client for non-streamed requests, ~3x less client CPU; aiohttp for "
              "streams), lean, or aiohttp")] = "auto",
-    timeout: Annotated[float, typer.Option(help="per-request timeout (s)")] = 60.0,
+    timeout: Annotated[float, Duration("per-request timeout")] = 60.0,
     max_lag_ms: Annotated[float, typer.Option(help="p99 schedule lag that marks a point invalid (ms)")] = 10.0,
     metrics_url: Annotated[str | None, typer.Option(help="Prometheus URL to scrape (default URL/metrics; '' = off)")] = None,
     seed: Annotated[int, typer.Option(help="seed for arrivals and synthetic prompts")] = 0,
@@ -59,11 +61,13 @@ def bench_cmd(
     """Load-test an OpenAI-compatible server: latency percentiles from each request's scheduled send time,
     TTFT/ITL/TPOT for streams, errors by kind, the server's /metrics alongside, and a client self-check
     that marks points where the load generator itself could not keep up."""
-    from rich.console import Console
+    from infertune.extras import require
 
+    require("bench")
     from infertune.bench.config import BenchConfig
     from infertune.bench.report import print_summary, to_json
     from infertune.bench.runner import bench
+    from infertune.console import console
     from infertune.errors import InfertuneError
 
     if api not in ("embeddings", "completions", "chat"):
@@ -84,8 +88,8 @@ def bench_cmd(
         workers="auto" if workers == "auto" else int(workers), timeout=timeout, max_lag_ms=max_lag_ms,
         metrics_url=metrics_url, seed=seed, out=out, save_requests=save_requests, http_client=http_client,
     )
-    con = Console(stderr=True)
-    result = bench(cfg, log=lambda s: con.print(s, highlight=False, markup=False))
+    con = console(stderr=True)
+    result = bench(cfg, log=lambda s: con.print(s, markup=False))
     print_summary(result)
     if as_json:
         typer.echo(to_json(result))

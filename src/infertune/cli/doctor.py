@@ -26,20 +26,22 @@ def doctor_cmd(
     no_torch: Annotated[bool, typer.Option("--no-torch", help="skip the torch/onnxruntime subprocess probe")] = False,
 ) -> None:
     """Report OS, CPU, RAM, NVIDIA driver and CUDA, torch build vs each GPU, NVML, device nodes, containers,
-    ECC/clocks/MIG and the inference stack. Exit code: 0 all ok, 1 warnings, 3 errors."""
+    ECC/clocks/MIG and the inference stack. The findings go to stdout (with --json, JSON goes there
+    instead). Exit code: 0 all ok, 1 warnings, 3 errors."""
     if ctx.invoked_subcommand is not None:
         return
-    from rich.console import Console
+    from rich.markup import escape
 
+    from infertune.console import console
     from infertune.doctor.checks import doctor
     from infertune.doctor.schema import DoctorConfig
 
     report = doctor(DoctorConfig(probe_torch=not no_torch))
-    con = Console(stderr=True)
+    con = console(stderr=as_json)
     for f in report.findings:
-        con.print(f"{LEVEL_STYLE[f.level]:>22} [bold]{f.check}[/]: {f.message}", highlight=False)
+        con.print(f"{LEVEL_STYLE[f.level]:>22} [bold]{f.check}[/]: {escape(f.message)}", highlight=False)
         if f.fix:
-            con.print(f"{'':>10} fix: {f.fix}", highlight=False, style="dim")
+            con.print(f"{'':>10} fix: {escape(f.fix)}", highlight=False, style="dim")
     con.print(f"worst: {report.worst} (exit {report.exit_code})")
     if as_json:
         typer.echo(json.dumps(report.model_dump(mode="json"), indent=2, default=str))
@@ -51,9 +53,9 @@ def explain_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print matches as JSON on stdout")] = False,
     top: Annotated[int, typer.Option(help="show at most this many matches")] = 5,
 ) -> None:
-    """Match a pasted log against known failure signatures (cause, fix, source). Exit 1 if none matched."""
-    from rich.console import Console
-
+    """Match a pasted log against known failure signatures (cause, fix, source); the matches go to stdout
+    (with --json, JSON goes there instead). Exit 1 if none matched."""
+    from infertune.console import console
     from infertune.doctor.explain import explain
     from infertune.doctor.schema import ExplainConfig
     from infertune.errors import InfertuneError
@@ -66,7 +68,7 @@ def explain_cmd(
             raise InfertuneError(f"log file {file} does not exist; pass a file or - to read stdin")
         text = p.read_text(errors="replace")
     res = explain(ExplainConfig(text=text, source=file, max_matches=top))
-    con = Console(stderr=True)
+    con = console(stderr=as_json)
     for i, m in enumerate(res.matches, 1):
         con.print(f"[bold]{i}. {m.title}[/] [dim]({m.id}, {m.confidence} confidence, line {m.line_no}, "
                   f"{m.hits} line(s))[/]", highlight=False)

@@ -28,13 +28,16 @@ def inspect_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON on stdout")] = False,
 ) -> None:
     """Parameters and bytes by module type and dtype; FLOPs per token by layer (prefill, decode) counted on
-    meta tensors (no weights needed); attention share of FLOPs; KV-cache bytes per token."""
-    from rich.console import Console
+    meta tensors (no weights needed); attention share of FLOPs; KV-cache bytes per token. The figures go to
+    stdout; with --json, JSON goes there instead."""
+    from infertune.extras import require
 
+    require("inspect")
+    from infertune.console import console
     from infertune.inspect import InspectConfig, inspect_model
 
     r = inspect_model(InspectConfig(model=model, seq_len=seq_len, sensitivity=sensitivity, results=results))
-    con = Console(stderr=True)
+    con = console(stderr=as_json)
     con.print(f"[bold]{r.architecture}[/] ({r.model_type}): {_si(r.params, 'params')}, {r.bytes_total / 2**20:.1f} MiB "
               f"({r.dtype_source})", highlight=False)
     for t, n in sorted(r.params_by_module_type.items(), key=lambda kv: -kv[1]):

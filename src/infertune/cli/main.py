@@ -17,9 +17,21 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+def _print_version(value: bool) -> None:
+    if value:
+        from infertune import __version__
+
+        typer.echo(f"infertune {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
-    """Commands: tune, serve, bench, doctor, inspect, plan, deploy, validate."""
+def _root(
+    version: bool = typer.Option(False, "--version", "-V", is_eager=True, callback=_print_version,
+                                 help="print infertune's version and exit"),
+) -> None:
+    """Commands: tune, serve, bench, doctor, inspect, plan, deploy, validate. Results go to stdout, progress and
+    logs to stderr; time flags take 90, 90s, 10m or 1h; user mistakes exit 2 with one line."""
 
 
 @app.command("version")
@@ -40,25 +52,36 @@ for _name in COMMANDS:
             raise
 
 
+def _error(message: str) -> None:
+    """One line on stderr, never wrapped (a piped error keeps `pip install ...` whole)."""
+    from rich.markup import escape
+
+    from infertune.console import console
+
+    console(stderr=True).print(f"[bold red]error:[/] {escape(message)}")
+
+
 def main() -> None:
     from infertune.errors import InfertuneError
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if not (sys.stdout.isatty() and sys.stderr.isatty()):
+        # typer's rich help and usage errors draw 80-column boxes that split long lines when piped;
+        # click's plain ones do not (TYPER_USE_RICH, read by typer.core at call time)
+        import typer.core
+
+        typer.core.HAS_RICH = False
     try:
         app()
     except InfertuneError as e:
-        from rich.console import Console
-
-        Console(stderr=True).print(f"[bold red]error:[/] {e}", highlight=False)
+        _error(str(e))
         sys.exit(e.exit_code)
     except Exception as e:  # pydantic validation of user-given values is a user mistake too
         if type(e).__name__ != "ValidationError":
             raise
-        from rich.console import Console
-
         msgs = "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors())  # type: ignore[attr-defined]
-        Console(stderr=True).print(f"[bold red]error:[/] invalid value: {msgs}", highlight=False)
+        _error(f"invalid value: {msgs}")
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)

@@ -31,9 +31,11 @@ def plan_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON on stdout")] = False,
 ) -> None:
     """Weights per dtype, KV capacity at vLLM's memory fraction, max concurrency, smallest TP that fits,
-    prefill/decode rooflines, an engine recommendation and the exact vllm / trtexec / docker commands."""
-    from rich.console import Console
+    prefill/decode rooflines, an engine recommendation and the exact vllm / trtexec / docker commands.
+    The plan goes to stdout (`infertune plan ... > plan.txt`); with --json, JSON goes there instead."""
+    from rich.markup import escape
 
+    from infertune.console import console
     from infertune.plan.planner import PlanConfig, plan
 
     r = plan(PlanConfig(
@@ -42,7 +44,7 @@ def plan_cmd(
         max_num_batched_tokens=max_num_batched_tokens, fixed_shapes=fixed_shapes, interconnect=interconnect,
         kv_cache_memory_bytes=int(kv_cache_memory_gib * 2**30) if kv_cache_memory_gib else None,
     ))
-    con = Console(stderr=True)
+    con = console(stderr=as_json)
     g = 2**30
     con.print(f"[bold]{r.model}[/] on {r.gpu['name']} ({r.gpu['memory_gib']} GiB, {r.gpu['bandwidth_gbs']} GB/s): "
               f"{r.params / 1e9:.2f} B params ({r.params_active / 1e9:.2f} B active)", highlight=False)
@@ -62,8 +64,8 @@ def plan_cmd(
                   f"{x['prefill_tokens']} tokens {pre}  [bounds, not measurements]", highlight=False)
     con.print(f"engine: [bold]{r.engine.name}[/] - " + "; ".join(r.engine.reasons), highlight=False)
     for k, v in r.commands.items():
-        con.print(f"[dim]{k}:[/] {v}", highlight=False, soft_wrap=True)
+        con.print(f"[dim]{k}:[/] {escape(v)}", highlight=False)
     for n in r.notes:
-        con.print(f"[dim]note: {n}[/]", highlight=False)
+        con.print(f"[dim]note: {escape(n)}[/]", highlight=False)
     if as_json:
         typer.echo(json.dumps(r.model_dump(mode="json"), indent=2))

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from infertune.cli.options import Duration
+
 HELP = """Serve an embedding model over an OpenAI-compatible HTTP API, with dynamic batching.
 
 MODEL is a `tune` artifact directory (batching is then sized from its measurements), a sentence-transformers / Hugging Face encoder directory, a decoder embedder (e.g. Qwen3-Embedding; a plain *ForCausalLM directory needs --task embed unless its name says embedding), or an alias (minilm) served untuned.
@@ -15,7 +17,7 @@ Beyond OpenAI's fields, a request may send "dimensions": N (1..full size: the fi
 
 \b
 Routes:
-  POST /v1/embeddings   OpenAI shape: {"model": ..., "input": "text" | \\["a", "b"] | \\[ids] | \\[\\[ids]], "encoding_format": "float" | "base64"}
+  POST /v1/embeddings   OpenAI shape: {"model": ..., "input": "text" | ["a", "b"] | [101, 7592] (token ids) | [[101], [7592]], "encoding_format": "float" | "base64"}
   GET  /v1/models       the served model (its id is the "model" to send)
   GET  /health          alive;  GET /ready: loaded and warmed up (route traffic after this)
   GET  /metrics         Prometheus: requests, latency, queue depth, batch size/tokens, padding, stage times
@@ -24,7 +26,7 @@ Routes:
 Examples:
   infertune serve runs/latest/artifact        # tuned: batching sized from the artifact
   infertune serve minilm --port 8080          # untuned MiniLM, fp32
-  curl -s localhost:8000/v1/embeddings -H 'Content-Type: application/json' -d '{"model": "minilm", "input": \\["hello", "world"]}'
+  curl -s localhost:8000/v1/embeddings -H 'Content-Type: application/json' -d '{"model": "minilm", "input": ["hello", "world"]}'
 
 Batching: items are tokenized, length-sorted within a short window and packed while items x longest <= --batch-tokens (and, on CPU, padded/real tokens <= --max-padding), waiting at most --max-wait-ms for company. With --max-queue requests in flight the next one gets 429 with Retry-After. Over-length input gets 400 naming the limit unless --truncate. SIGTERM/SIGINT: /ready fails, connections are still accepted for --drain-s, then everything accepted is answered and the process exits 0 (a second signal stops at once).
 
@@ -65,15 +67,15 @@ def serve_cmd(
     max_queue: Annotated[int, typer.Option(help="requests in flight before new ones get 429")] = 512,
     max_items_per_request: Annotated[int, typer.Option(help="items per request (OpenAI allows 2048)")] = 2048,
     max_body_mb: Annotated[float, typer.Option(help="request body limit in MiB (413 above)")] = 16.0,
-    request_timeout_s: Annotated[float, typer.Option(help="per-request timeout in s (504 after)")] = 60.0,
+    request_timeout_s: Annotated[float, Duration("per-request timeout (504 after)")] = 60.0,
     truncate: Annotated[bool, typer.Option("--truncate/--reject-long", help="truncate over-length input to the model's limit instead of answering 400")] = False,
-    graceful_timeout_s: Annotated[float, typer.Option(help="on SIGTERM, how long to wait for in-flight requests")] = 60.0,
-    drain_s: Annotated[float, typer.Option("--drain-s", help="on SIGTERM, /ready fails at once but new connections are still accepted (and answered) for this long before the graceful shutdown, so a load balancer can stop routing here")] = 2.0,
+    graceful_timeout_s: Annotated[float, Duration("on SIGTERM, how long to wait for in-flight requests")] = 60.0,
+    drain_s: Annotated[float, Duration("on SIGTERM, /ready fails at once but new connections are still accepted (and answered) for this long before the graceful shutdown, so a load balancer can stop routing here", "--drain-s")] = 2.0,
     frontends: Annotated[int | None, typer.Option(help="HTTP/tokenizer processes sharing the port (default 1 on CPU; on GPUs half the cores, <= 8 per GPU). More than one, or several --devices, runs the model in engine processes")] = None,
     devices: Annotated[str | None, typer.Option(help="with --device cuda: GPUs to serve on, one engine process each, e.g. 0,1 (default: every visible GPU)")] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "warning",
     worker_process: Annotated[bool, typer.Option("--worker-process/--in-process", help="run the model in a supervised child process that is restarted when it dies (in-flight requests get 503, /metrics counts infertune_worker_restarts_total)")] = False,
-    worker_timeout_s: Annotated[float, typer.Option(help="with --worker-process: a forward pass not answered within this is a stall; the worker is killed and restarted")] = 60.0,
+    worker_timeout_s: Annotated[float, Duration("with --worker-process: a forward pass not answered within this is a stall; the worker is killed and restarted")] = 60.0,
     ceiling: Annotated[bool, typer.Option("--ceiling", help="do not serve: measure the forward-only ceiling (items/s with nothing but the model running, batches packed as the server packs them) on --workload's texts, print it and exit; compare with `infertune bench` against the server")] = False,
     workload: Annotated[str | None, typer.Option(help="with --ceiling: JSONL/text of inputs (default: the embedded sample)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the ServeResult as JSON to stdout on exit")] = False,
@@ -82,6 +84,9 @@ def serve_cmd(
     prompt: Annotated[list[str] | None, typer.Option(help="NAME=TEXT: an instruction prompt a request picks with \"prompt_name\": NAME (repeatable; adds to the model's config_sentence_transformers.json prompts)")] = None,
     default_prompt_name: Annotated[str | None, typer.Option(help="the prompt applied when a request names none (default: the model's own default, else none)")] = None,
 ) -> None:
+    from infertune.extras import require
+
+    require("serve-ceiling" if ceiling else "serve")
     from infertune.errors import InfertuneError
     from infertune.serve.app import serve
     from infertune.serve.config import ServeConfig

@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from infertune.cli.options import Duration
+
 
 def register(app: typer.Typer) -> None:
     app.command("tune")(tune_cmd)
@@ -24,7 +26,7 @@ def tune_cmd(
     model: Annotated[str, typer.Argument(help="alias (minilm, smollm2), model directory, .gguf or config.json")] = "minilm",
     workload: Annotated[Path | None, typer.Option(help="JSONL ({\"input\": ...} or {\"text\": ...}) or text, one item a line; default: built-in sample")] = None,
     device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
-    slo_p99_ms: Annotated[float, typer.Option(help="P99 latency of one batch, tokenization included (ms)")] = 100.0,
+    slo_p99_ms: Annotated[float, typer.Option(help="P99 latency of one batch inside the server, tokenization included, queueing not (ms); bench/validate --slo is per request, end to end")] = 100.0,
     min_cosine: Annotated[float, typer.Option(help="accuracy budget: mean cosine vs fp32 reference")] = 0.995,
     min_cosine_min: Annotated[float, typer.Option(help="accuracy budget: worst single item's cosine")] = 0.98,
     quick: Annotated[bool, typer.Option(help="fewer candidates, items and rounds (about 2 min on 2 cores)")] = False,
@@ -41,8 +43,8 @@ def tune_cmd(
     max_ppl_delta: Annotated[float, typer.Option(help="causal LMs: allowed perplexity rise vs the reference (0.02 = +2%)")] = 0.02,
     min_top1: Annotated[float, typer.Option(help="causal LMs: minimum next-token top-1 agreement with the reference")] = 0.97,
     lm_batches: Annotated[str, typer.Option(help="causal LMs: decode batch sizes for TPOT, comma-separated")] = "1,8,32",
-    lm_time_budget: Annotated[float, typer.Option(help="causal LMs: the default --time-budget (seconds; halved with --quick)")] = 540,
-    time_budget: Annotated[float | None, typer.Option(help="wall-clock budget of the whole run in seconds, honoured within ~10%: every stage scales to it and candidates that cannot start in time are skipped with that reason. Default: 300 (150 with --quick) for embeddings on CPU, 180 on GPU, --lm-time-budget for causal LMs")] = None,
+    lm_time_budget: Annotated[float, Duration("causal LMs: the default --time-budget (halved with --quick)")] = 540,
+    time_budget: Annotated[float | None, Duration("wall-clock budget of the whole run, honoured within ~10%: every stage scales to it and candidates that cannot start in time are skipped with that reason. Default: 5m (2.5m with --quick) for embeddings on CPU, 3m on GPU, --lm-time-budget for causal LMs")] = None,
     drop_below: Annotated[float, typer.Option(help="successive halving: drop a candidate whose short probe runs below this fraction of the best verified probe so far (0 keeps every candidate)")] = _default("drop_below"),
     as_json: Annotated[bool, typer.Option("--json", help="print results.json to stdout; humans read stderr")] = False,
 ) -> None:
@@ -56,6 +58,9 @@ def tune_cmd(
     Writes results.json, report.html and artifact/ (servable with `infertune serve`).
     Exit codes: 0 a winner; 2 bad input; 3 no candidate met the constraints (results.json's
     `achievable` and the printed decision give the flags that would admit the best ones)."""
+    from infertune.extras import require
+
+    require("tune")
     from infertune.config import SLO, AccuracyBudget, LMAccuracyBudget, TuneConfig
     from infertune.errors import InfertuneError
     from infertune.tune import tune

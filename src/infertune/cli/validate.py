@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from infertune.cli.options import Duration
+
 HELP = """Production-readiness drills against an embedding (or LLM) server, with a pass/fail verdict and the evidence.
 
 TARGET is a `tune` artifact / model (validate starts `infertune serve TARGET --worker-process` itself and stops it after) or the URL of a running server (drills that need its processes are skipped, and say why).
@@ -26,7 +28,16 @@ Examples:
   infertune validate runs/quick/artifact --soak 10m --out runs/validate
   infertune validate http://127.0.0.1:8000 --peak 50 --soak 2m --faults burst,oom-guard
 
-Exit code 1 when a drill fails, 2 for a usage error."""
+The peak: --peak, or the highest rate bench's SLO search confirmed (its answer passed every repeat). When
+the answer did not repeat, the soak runs at the highest rate that passed every time it ran, and the
+console and validate.json (peak.basis) say so; when no rate repeated, validate refuses (exit 2).
+
+\b
+Exit codes:
+  0  every drill that ran passed, the soak's latency within --slo
+  1  a drill failed (errors, a leak, P99 drift, a hang, no recovery, ...)
+  2  a usage error, or nothing answers at the URL
+  4  the server held up, but the soak's latency broke --slo (SLO NOT MET: not a PASS)"""
 
 
 def register(app: typer.Typer) -> None:
@@ -49,8 +60,8 @@ def _faults(text: str) -> list[str]:
 def validate_cmd(
     target: Annotated[str, typer.Argument(help="artifact / model to serve, or http(s) URL of a running server")],
     peak: Annotated[float | None, typer.Option(help="peak req/s (default: found by bench's SLO search)")] = None,
-    slo: Annotated[str, typer.Option(help="SLO for the peak search and latency bounds")] = "p99_e2e_ms<=200",
-    soak: Annotated[str, typer.Option(help="soak duration: 30s, 10m, 1h (0 = no soak)")] = "60m",
+    slo: Annotated[str, typer.Option(help="per-request SLO, end to end as a client sees it (queueing included): the peak search's target and the soak's bound (a soak over it exits 4)")] = "p99_e2e_ms<=200",
+    soak: Annotated[float, Duration("soak duration (0 = no soak)")] = "60m",
     soak_fraction: Annotated[float, typer.Option(help="soak rate as a fraction of the peak")] = 0.8,
     faults: Annotated[str, typer.Option(help="kill-worker,stall,burst,oom-guard (or none)")] = "kill-worker,stall,burst,oom-guard",
     long_tail: Annotated[bool, typer.Option("--long-tail/--no-long-tail", help="run the long-tail drill")] = True,
@@ -61,19 +72,21 @@ def validate_cmd(
     max_error_rate: Annotated[float, typer.Option(help="soak: allowed errors / requests")] = 0.0,
     max_rss_slope: Annotated[float, typer.Option(help="soak: allowed RSS climb, MB/hour")] = 100.0,
     max_p99_drift: Annotated[float, typer.Option(help="soak: allowed last/first-third P99 ratio")] = 1.5,
-    recovery_budget: Annotated[float, typer.Option(help="kill-worker: seconds to answer again")] = 30.0,
+    recovery_budget: Annotated[float, Duration("kill-worker: time to answer again")] = 30.0,
     burst_factor: Annotated[float, typer.Option(help="burst rate as a multiple of the peak")] = 10.0,
-    burst: Annotated[str, typer.Option(help="burst duration")] = "5s",
-    stall: Annotated[str | None, typer.Option(help="stall duration (default 8s)")] = None,
-    step: Annotated[str, typer.Option(help="measured time per long-tail point")] = "5s",
-    search_duration: Annotated[str, typer.Option(help="measured time per SLO-search point")] = "5s",
-    sample_interval: Annotated[float, typer.Option(help="RSS / metrics sampling period (s)")] = 1.0,
-    timeout: Annotated[float, typer.Option(help="client timeout per request (s): longer counts as a hang")] = 30.0,
+    burst: Annotated[float, Duration("burst duration")] = "5s",
+    stall: Annotated[float | None, Duration("stall duration (default: long enough to fill the queue at the peak rate)")] = None,
+    step: Annotated[float, Duration("measured time per long-tail point")] = "5s",
+    search_duration: Annotated[float, Duration("measured time per SLO-search point")] = "5s",
+    sample_interval: Annotated[float, Duration("RSS / metrics sampling period")] = 1.0,
+    timeout: Annotated[float, Duration("client timeout per request: longer counts as a hang")] = 30.0,
     seed: Annotated[int, typer.Option(help="seed for schedules")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print validate.json to stdout; humans read stderr")] = False,
 ) -> None:
-    from rich.console import Console
+    from infertune.extras import require
 
+    require("validate" if target.startswith(("http://", "https://")) else "validate-start")
+    from infertune.console import console
     from infertune.validate.config import ValidateConfig
     from infertune.validate.report import print_summary
     from infertune.validate.runner import validate
@@ -90,10 +103,14 @@ def validate_cmd(
 
     # SIGTERM stops validate like Ctrl-C: the finally blocks run and the server it started is stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    con = Console(stderr=True)
-    result = validate(cfg, log=lambda s: con.print(s, highlight=False, markup=False))
+    con = console(stderr=True)
+    result = validate(cfg, log=lambda s: con.print(s, markup=False))
     print_summary(result)
+    if result.peak.get("note"):  # the peak soaked is not the search's answer: said again next to the verdict
+        con.print(f"peak: {result.peak['note']}", markup=False)
+    style = {0: "bold green", 4: "bold yellow"}.get(result.exit_code, "bold red")
+    con.print(f"verdict: {result.verdict} (exit {result.exit_code})", style=style, markup=False)
     if as_json:
         typer.echo(json.dumps(result.model_dump(mode="json"), indent=1))
-    if not result.passed:
-        raise typer.Exit(1)
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)

@@ -4,23 +4,6 @@ Modules: config (ServeConfig, ServeResult, defaults from the artifact), schema (
 OpenAI-shaped errors), engine (tokenize -> batch -> forward -> post-process stages), metrics
 (Prometheus), app (FastAPI app and the `serve()` entry point). Importing this package is light.
 
-`infertune.serve` is both this package and the `serve()` function: once the package is imported, Python
-binds the attribute `infertune.serve` to the module, so the module is made callable and forwards to
-`infertune.serve.app.serve`.
+`infertune.serve(cfg)` is the function (`infertune/_api.py` says how); this package stays a plain module.
 """
 
-from __future__ import annotations
-
-import sys
-import types
-from typing import Any
-
-
-class _CallableModule(types.ModuleType):
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from infertune.serve.app import serve
-
-        return serve(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from infertune.durations import Seconds
+
 Source = Literal["flag", "artifact", "default"]
 # Padding cap of a CPU batch (padded/real tokens). On CPU a forward pass costs in proportion to padded
 # tokens, so under load the token budget alone packed mixed lengths into batches that ran slower per item
@@ -40,10 +42,10 @@ class ServeConfig(BaseModel):
     max_queue: int = Field(512, ge=1, description="requests admitted and not yet answered; more get 429")
     max_items_per_request: int = Field(2048, ge=1)
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
-    request_timeout_s: float = Field(60.0, gt=0)
+    request_timeout_s: Seconds = Field(60.0, gt=0)
     truncate: bool = False  # False: reject over-length input with 400 (as OpenAI does)
-    graceful_timeout_s: float = Field(60.0, gt=0)
-    drain_s: float = Field(2.0, ge=0, description=(
+    graceful_timeout_s: Seconds = Field(60.0, gt=0)
+    drain_s: Seconds = Field(2.0, ge=0, description=(
         "after SIGTERM, /ready fails and new connections are still accepted for this long before the "
         "graceful shutdown (Kubernetes: keep it below terminationGracePeriodSeconds minus the drain)"))
     frontends: int | None = Field(None, ge=1, le=64, description=(
@@ -63,7 +65,7 @@ class ServeConfig(BaseModel):
         "the prompt applied when a request names none (default: the model's own default_prompt_name, else none)"))
     log_level: str = "warning"
     worker_process: bool = False  # run the model in a supervised child process, restarted when it dies
-    worker_timeout_s: float = Field(60.0, gt=0, description="a forward pass the worker does not answer within "
+    worker_timeout_s: Seconds = Field(60.0, gt=0, description="a forward pass the worker does not answer within "
                                     "this is treated as a stall: the worker is killed and restarted")
 
     def load_options(self) -> dict[str, Any]:

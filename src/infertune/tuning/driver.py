@@ -25,6 +25,28 @@ def out_dir(cfg: TuneConfig) -> Path:
     return out
 
 
+def point_latest(out: Path) -> Path | None:
+    """`runs/latest` -> this run, when the run lives in a directory named `runs` (the default
+    `runs/<timestamp>`, or `--out runs/quick`), so `infertune serve runs/latest/artifact` serves the last
+    tune. A relative symlink, replaced atomically; where symlinks are not allowed, nothing (None)."""
+    import os
+
+    if out.resolve().parent.name != "runs":
+        return None
+    link = out.parent / "latest"
+    if out.name == "latest":
+        return None
+    tmp = out.parent / f".latest.{os.getpid()}"
+    try:
+        if tmp.is_symlink() or tmp.exists():
+            tmp.unlink()
+        tmp.symlink_to(out.name, target_is_directory=True)
+        os.replace(tmp, link)
+    except OSError:
+        return None
+    return link
+
+
 def write(result: TuneResult, out: Path) -> None:
     tmp = out / "results.json.tmp"
     tmp.write_text(json.dumps(result.model_dump(mode="json"), indent=2))
@@ -53,13 +75,12 @@ def tune(config: TuneConfig | None = None, quiet: bool = False, candidates: list
 
     `candidates` (embeddings) replaces the default candidate list (the naive baseline and the fp32
     reference are always added), e.g. to try a third-party backend registered under `infertune.backends`."""
-    from rich.console import Console
-
+    from infertune.console import console as make_console
     from infertune.hardware import detect, needs
     from infertune.worker import warm_up_workers
 
     cfg = config or TuneConfig()
-    console = Console(stderr=True, quiet=quiet)
+    console = make_console(stderr=True, quiet=quiet)
     t0 = time.perf_counter()
     budget = Budget(1.0)  # replaced once the task knows its default
     # the model resolved and the workload read first: a user's mistake there is reported in about a second,
@@ -114,6 +135,10 @@ def tune(config: TuneConfig | None = None, quiet: bool = False, candidates: list
         task.write_report(result, out / "report.html")
     except Exception as e:  # noqa: BLE001 - a plotting problem must not lose the results
         console.print(f"[yellow]report.html not written: {e}[/]")
+    link = point_latest(out)
+    if link is not None:
+        serve = f" (infertune serve {link}/artifact serves this run's pick)" if result.artifact else ""
+        console.print(f"{link} -> {out.name}{serve}", markup=False)
     return result
 
 

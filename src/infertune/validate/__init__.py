@@ -4,22 +4,6 @@ Modules: config (ValidateConfig, Drill, ValidateResult), target (the server: sta
 (drill load on bench's worker processes), analysis (slope, drift and knee arithmetic), soak, longtail,
 faults, report (validate.json / validate.html) and runner (`validate()`, the entry point).
 
-Like `infertune.serve`, the package is callable: `infertune.validate(cfg)` forwards to
-`infertune.validate.runner.validate`.
+`infertune.validate(cfg)` is the function (`infertune/_api.py` says how); this package stays a plain module.
 """
 
-from __future__ import annotations
-
-import sys
-import types
-from typing import Any
-
-
-class _CallableModule(types.ModuleType):
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from infertune.validate.runner import validate
-
-        return validate(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

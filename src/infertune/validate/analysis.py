@@ -108,3 +108,37 @@ def knee(rates: list[float], p99s: list[float | None], factor: float = 2.0) -> d
                     "rule": f"lowest rate with P99 > {factor:g} x P99 at {pts[0][0]:.3g} req/s"}
     return {"rate": None, "base_p99_ms": round(base, 1),
             "rule": f"P99 stayed within {factor:g} x its value at {pts[0][0]:.3g} req/s up to {pts[-1][0]:.3g} req/s"}
+
+
+def slo_terms_verdict(slo_text: str, point) -> dict[str, Any]:
+    """The SLO's latency terms checked on one measured bench Point (the whole soak): {"met", "terms": [...],
+    "missed": [...]}. Terms the point did not measure (TTFT without streaming) are listed, not judged;
+    the error budget is the soak's own rule (--max-error-rate), so it is not repeated here."""
+    from infertune.bench.slo import _value, parse_slo
+
+    slo = parse_slo(slo_text, 1.0, streaming=True)
+    terms, missed = [], []
+    for t in slo.terms:
+        v = _value(point, t)
+        name = f"{t.stat}_{t.metric}_ms"
+        ok = None if v is None else bool(v <= t.limit)
+        terms.append({"term": name, "value": None if v is None else round(float(v), 2), "limit": t.limit, "met": ok})
+        if ok is False:
+            missed.append(f"{name} {v:.1f} > {t.limit:g}")
+    return {"slo": slo_text, "met": not missed, "terms": terms, "missed": missed}
+
+
+def confirmed_rates(points) -> dict[str, Any]:
+    """From an SLO search's points: every rate's passes and failures, the highest rate that passed at least
+    twice and never failed ("confirmed"), and the highest that passed at all."""
+    by: dict[float, list[int]] = {}
+    for p in points:
+        r = p.offered.rate
+        if not r or p.slo_pass is None:
+            continue
+        c = by.setdefault(float(r), [0, 0])
+        c[0 if p.slo_pass else 1] += 1
+    confirmed = [r for r, (ok, bad) in by.items() if ok >= 2 and bad == 0]
+    passed = [r for r, (ok, _) in by.items() if ok >= 1]
+    return {"confirmed": max(confirmed, default=None), "passed_once": max(passed, default=None),
+            "runs": {f"{r:.6g}": {"pass": ok, "fail": bad} for r, (ok, bad) in sorted(by.items())}}

@@ -7,31 +7,17 @@ Contract (read by other tools; extend, never rename): validate.json has `drills`
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from infertune.durations import Seconds, parse_duration  # noqa: F401  (one parser; this import path is kept)
 from infertune.errors import InfertuneError
 from infertune.results import EnvFingerprint
 
 FAULTS = ("kill-worker", "stall", "burst", "oom-guard")
 Fault = Literal["kill-worker", "stall", "burst", "oom-guard"]
-_DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
-
-
-def parse_duration(text: str | float) -> float:
-    """'90' / '90s' / '10m' / '1h' / '500ms' -> seconds."""
-    if isinstance(text, int | float):
-        return float(text)
-    m = _DUR.match(text)
-    if not m:
-        raise InfertuneError(f"cannot read duration {text!r}; write e.g. 30s, 10m or 1h")
-    mult = {"ms": 0.001, "s": 1, None: 1, "m": 60, "min": 60, "h": 3600}[m.group(2)]
-    return float(m.group(1)) * mult
-
-
 class ValidateConfig(BaseModel):
     """Everything `infertune validate` needs. Thresholds are the pass/fail rules; each drill's evidence
     repeats the threshold it was judged by."""
@@ -41,7 +27,7 @@ class ValidateConfig(BaseModel):
     target: str = Field(description="http(s) URL of a running server, or an artifact / model to serve")
     peak: float | None = Field(None, gt=0, description="peak req/s; default: found by bench's SLO search")
     slo: str = "p99_e2e_ms<=200"
-    soak_s: float = Field(3600.0, ge=0, description="soak duration (0 = no soak)")
+    soak_s: Seconds = Field(3600.0, ge=0, description="soak duration (0 = no soak)")
     soak_fraction: float = Field(0.8, gt=0, le=2, description="soak rate as a fraction of the peak")
     long_tail: bool = True
     faults: list[Fault] = Field(default_factory=lambda: list(FAULTS))
@@ -52,29 +38,24 @@ class ValidateConfig(BaseModel):
     # when validate starts the server
     serve_args: list[str] = Field(default_factory=list, description="extra `infertune serve` flags")
     max_queue: int | None = Field(None, ge=1, description="--max-queue for the server validate starts")
-    ready_timeout_s: float = Field(600.0, gt=0)
+    ready_timeout_s: Seconds = Field(600.0, gt=0)
     # pass/fail rules
     max_error_rate: float = Field(0.0, ge=0, le=1, description="soak: errors / requests allowed")
     max_rss_slope_mb_h: float = Field(100.0, ge=0, description="soak: a significant RSS climb above this fails")
     min_rss_growth_mb: float = Field(10.0, ge=0, description="soak: a climb smaller than this is not a leak")
     max_p99_drift: float = Field(1.5, gt=1, description="soak: last-third P99 / first-third P99 allowed")
-    recovery_budget_s: float = Field(30.0, gt=0, description="kill-worker: time to answer again")
+    recovery_budget_s: Seconds = Field(30.0, gt=0, description="kill-worker: time to answer again")
     burst_factor: float = Field(10.0, gt=1)
-    burst_s: float = Field(5.0, gt=0)
-    stall_s: float | None = Field(None, gt=0, description="stall: SIGSTOP length (default: long enough to fill "
+    burst_s: Seconds = Field(5.0, gt=0)
+    stall_s: Seconds | None = Field(None, gt=0, description="stall: SIGSTOP length (default: long enough to fill "
                                   "the queue at the peak rate)")
     # measurement
-    sample_interval_s: float = Field(1.0, gt=0, description="RSS and /metrics sampling period")
+    sample_interval_s: Seconds = Field(1.0, gt=0, description="RSS and /metrics sampling period")
     windows: int = Field(20, ge=3, le=500, description="soak: P99 windows over the soak")
-    search_duration_s: float = Field(5.0, gt=0, description="measured seconds per SLO-search point")
-    step_s: float = Field(5.0, gt=0, description="measured seconds per long-tail point")
-    timeout_s: float = Field(30.0, gt=0, description="client timeout per request: longer is a hang")
+    search_duration_s: Seconds = Field(5.0, gt=0, description="measured seconds per SLO-search point")
+    step_s: Seconds = Field(5.0, gt=0, description="measured seconds per long-tail point")
+    timeout_s: Seconds = Field(30.0, gt=0, description="client timeout per request: longer is a hang")
     seed: int = 0
-
-    @field_validator("soak_s", "burst_s", "stall_s", "search_duration_s", "step_s", mode="before")
-    @classmethod
-    def _dur(cls, v: Any) -> Any:
-        return parse_duration(v) if isinstance(v, str) else v
 
     @field_validator("workload")
     @classmethod
@@ -103,7 +84,10 @@ class ValidateResult(BaseModel):
     target: dict[str, Any] = {}  # url, started by validate or not, model, api, server limits
     peak: dict[str, Any] = {}  # rps, source (flag | slo-search), slo, search steps
     drills: list[Drill] = []
-    passed: bool = False  # every drill that ran passed
+    passed: bool = False  # every drill that ran passed (the soak's latency within the SLO included)
+    slo_met: bool | None = None  # the soak's latency against --slo (None: no soak)
+    verdict: str = ""  # one line: PASSED / SLO NOT MET / FAILED, with what decided it
+    exit_code: int = 1  # the CLI's: 0 passed, 4 only the soak's SLO missed, 1 a drill failed
     load_average: dict[str, list[float]] = {}  # os.getloadavg() at start and end: the box is shared
     started: str = ""
     wall_s: float = 0.0

@@ -50,19 +50,30 @@ def find_peak(target: Target, api: str, model: str | None, req, cfg: ValidateCon
                        timeout=cfg.timeout_s, seed=cfg.seed, out=out / "peak" if out else None, metrics_url="")
     log(f"peak: searching the highest rate meeting {cfg.slo} ({cfg.search_duration_s:g} s per point)")
     res = bench(bcfg, log=lambda s: log(f"  {s}"))
+    from infertune.validate.analysis import confirmed_rates
+
     steps = res.slo.steps if res.slo else []
+    runs = confirmed_rates(res.points)
     info = {"source": "slo-search", "slo": cfg.slo, "steps": steps, "confirmed": bool(res.slo and res.slo.met),
-            "bracket": res.slo.bracket if res.slo else None,
+            "bracket": res.slo.bracket if res.slo else None, "runs_by_rate": runs["runs"],
             "bench_json": str(out / "peak" / "bench.json") if out else None}
     if res.slo and res.slo.met and res.slo.max_load:
-        return {"rps": res.slo.max_load, **info}
-    # not confirmed (a repeat failed: a noisy, shared box): the highest rate that passed once, said so
-    passed = [p.offered.rate for p in res.points if p.slo_pass and p.offered.rate]
-    if not passed:
-        raise InfertuneError(f"no rate met the SLO {cfg.slo} (steps: {'; '.join(steps)}); relax --slo or pass --peak")
-    log(f"peak: the search's repeats did not confirm a rate; using the highest rate that passed once ({max(passed):.4g}"
-        " req/s)")
-    return {"rps": max(passed), **info, "note": "highest rate that passed once; its repeat run failed"}
+        return {"rps": res.slo.max_load, **info, "basis": "confirmed: the search's answer passed every repeat"}
+    # the search's answer did not repeat (a noisy, shared box): a peak that passed once is not soaked. The
+    # highest rate that passed every time it ran (at least twice) is, and validate says so; none: refused.
+    once = runs["passed_once"]
+    if runs["confirmed"] is None:
+        what = (f"{once:.4g} req/s passed once but not its repeat" if once else "no rate passed")
+        raise InfertuneError(f"the SLO search confirmed no peak for {cfg.slo} ({what}); a peak that passed once is "
+                             "not soaked. Pass --peak REQ_PER_S to soak at a rate you choose, lengthen "
+                             "--search-duration, or relax --slo")
+    rps = runs["confirmed"]
+    note = (f"the search's answer did not pass its repeats; soaking at the highest confirmed rate {rps:.4g} req/s "
+            f"(passed every run, at least 2)" + (f", not {once:.4g} req/s, which passed only once" if once != rps
+                                                 else ""))
+    log(f"peak: {note}")
+    return {"rps": rps, **info, "confirmed": True, "basis": "highest confirmed rate (search answer not repeated)",
+            "unconfirmed_rps": once if once != rps else None, "note": note}
 
 
 def _requests(cfg: ValidateConfig, api: str, model: str | None):
@@ -107,6 +118,28 @@ def screen(target: Target, api: str, req, log: Log):
                  "rule": f"requests over {max_tok - 2} bytes were sent once; those answered 4xx dropped"}
 
 
+def final_verdict(result: ValidateResult) -> tuple[int, str]:
+    """The exit code and its one line. 0: every drill that ran passed. 4: the server held up (no errors,
+    leaks, hangs or crashes) but the soak's latency broke the SLO. 1: a drill failed for any other
+    reason. (2 stays "bad input"; 3 is tune's "no winner".)"""
+    ran = [d for d in result.drills if d.passed is not None]
+    if not ran:
+        return 1, "FAILED: no drill ran"
+    failed = [d for d in ran if not d.passed]
+    if not failed:
+        return 0, f"PASSED: {len(ran)} drill(s) passed" + (f", {len(result.drills) - len(ran)} skipped"
+                                                         if len(ran) < len(result.drills) else "")
+    only_slo = all(d.name == "soak" and d.evidence.get("slo_only_failure") for d in failed)
+    if only_slo:
+        d = failed[0]
+        return SLO_MISSED_EXIT, (f"SLO NOT MET: the soak held up but {'; '.join(d.evidence['slo']['missed'])} "
+                                 f"(SLO {d.evidence['slo']['slo']}) at {d.evidence.get('rate_rps')} req/s")
+    return 1, "FAILED: " + ", ".join(d.name for d in failed)
+
+
+SLO_MISSED_EXIT = 4
+
+
 def validate(cfg: ValidateConfig, log: Log | None = None) -> ValidateResult:
     from infertune.fingerprint import fingerprint
     from infertune.validate.faults import burst, kill_worker, oom_guard, stall
@@ -121,7 +154,7 @@ def validate(cfg: ValidateConfig, log: Log | None = None) -> ValidateResult:
                             load_average={"start": _loadavg()})
     if cfg.is_url:
         target = Target(cfg.target)
-        log(f"target: {cfg.target} (already running: drills that need its processes are skipped)")
+        log(f"target: {cfg.target} (a running server: drills that need its processes are skipped)")
     else:
         flags = list(cfg.serve_args) + (["--max-queue", str(cfg.max_queue)] if cfg.max_queue else [])
         target = Target.start(cfg.target, flags, out or Path(".infertune-validate"))
@@ -136,7 +169,8 @@ def validate(cfg: ValidateConfig, log: Log | None = None) -> ValidateResult:
         req, screened = screen(target, api, _requests(cfg, api, model), log)
         result.target["workload"] = {**req.summary(), "screening": screened}
         if cfg.peak:
-            result.peak = {"rps": cfg.peak, "source": "flag", "slo": cfg.slo}
+            result.peak = {"rps": cfg.peak, "source": "flag", "slo": cfg.slo, "confirmed": None,
+                           "basis": "given with --peak (not searched)"}
         else:
             result.peak = find_peak(target, api, model, req, cfg, out, log)
         peak = float(result.peak["rps"])
@@ -170,6 +204,9 @@ def validate(cfg: ValidateConfig, log: Log | None = None) -> ValidateResult:
             result.notes.append(f"server stopped (exit code {code}); its log: {target.log_path}")
     ran = [d for d in result.drills if d.passed is not None]
     result.passed = bool(ran) and all(d.passed for d in ran)
+    soak_d = next((d for d in result.drills if d.name == "soak"), None)
+    result.slo_met = soak_d.evidence.get("slo", {}).get("met") if soak_d is not None else None
+    result.exit_code, result.verdict = final_verdict(result)
     result.load_average["end"] = _loadavg()
     result.wall_s = round(time.monotonic() - wall0, 1)
     if out is not None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from infertune.bench.workload import Requests
-from infertune.validate.analysis import leak_verdict, p99_drift, rss_slope
+from infertune.validate.analysis import leak_verdict, p99_drift, rss_slope, slo_terms_verdict
 from infertune.validate.config import Drill, ValidateConfig
 from infertune.validate.load import Stream, point, run_streams
 from infertune.validate.target import Target, scrape
@@ -21,8 +21,10 @@ WATCH = ("infertune_queue_depth", "infertune_worker_restarts_total", "infertune_
 class Sampler:
     """Every `interval` s: the target's RSS (MB) and a few of its metrics, on the load's clock."""
 
-    def __init__(self, target: Target, interval: float):
+    def __init__(self, target: Target, interval: float, progress: Callable[[float], None] | None = None,
+                 every_s: float = 60.0):
         self.target, self.interval = target, interval
+        self.progress, self.every_s = progress, every_s  # progress(seconds since start), every every_s
         self.t0 = time.monotonic()
         self.t: list[float] = []
         self.rss: list[float | None] = []
@@ -37,6 +39,7 @@ class Sampler:
             self._nvml = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
         except Exception:  # noqa: BLE001 - no NVIDIA driver or no pynvml: RSS only
             self._nvml = []
+        self._next_progress = every_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="validate-sampler", daemon=True)
 
@@ -60,6 +63,12 @@ class Sampler:
                     self.gpu_mb.append(sum(self._nv.nvmlDeviceGetMemoryInfo(h).used for h in self._nvml) / 2**20)
                 except Exception:  # noqa: BLE001
                     self.gpu_mb.append(None)
+            if self.progress is not None and t - self.t0 >= self._next_progress:
+                self._next_progress += self.every_s
+                try:
+                    self.progress(t - self.t0)
+                except Exception:  # noqa: BLE001 - a progress line must never stop the sampling
+                    pass
             nxt += self.interval
             self._stop.wait(max(0.0, nxt - time.monotonic()))
 
@@ -72,6 +81,16 @@ class Sampler:
         return v[-1] - v[0] if len(v) >= 2 else None
 
 
+def progress_every(total_s: float) -> float:
+    """Seconds between soak progress lines: at most a minute, about six lines for a short soak."""
+    return max(10.0, min(60.0, total_s / 6))
+
+
+def _clock(s: float) -> str:
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
 def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConfig,
          log: Callable[[str], None]) -> Drill:
     rate = cfg.soak_fraction * peak
@@ -79,7 +98,15 @@ def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConf
     warmup = min(10.0, max(1.0, 0.05 * duration))
     log(f"soak: {rate:.3g} req/s ({cfg.soak_fraction:.0%} of peak {peak:.3g}) for {duration:g} s "
         f"(+{warmup:g} s warm-up), sampling RSS and /metrics every {cfg.sample_interval_s:g} s")
-    sampler = Sampler(target, cfg.sample_interval_s)
+    total = warmup + duration
+
+    def progress(elapsed: float) -> None:
+        rss = next((x for x in reversed(sampler.rss) if x is not None), None)
+        q = next((x for x in reversed(sampler.metrics["infertune_queue_depth"]) if x is not None), None)
+        log(f"soak: {_clock(elapsed)} of {_clock(total)}" + (f", server RSS {rss:.0f} MB" if rss is not None else "")
+            + (f", queue depth {q:.0f}" if q is not None else "") + " (the verdict comes at the end)")
+
+    sampler = Sampler(target, cfg.sample_interval_s, progress, every_s=progress_every(total))
     t_wall = time.monotonic()
     try:
         run = run_streams(target.url, api, [Stream("soak", req.bodies, req.input_tokens, rate)], warmup, duration,
@@ -115,6 +142,10 @@ def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConf
                      f"third {drift['last_third_p99_ms']} ms) > {cfg.max_p99_drift:g}x")
     if restarts:
         fails.append(f"the model worker restarted {restarts:.0f} time(s) during the soak")
+    slo = slo_terms_verdict(cfg.slo, whole)  # the promise the peak was searched for, held for the whole soak
+    slo_only = bool(not slo["met"] and not fails)
+    if not slo["met"]:
+        fails.append(f"SLO not met: {'; '.join(slo['missed'])} (SLO {cfg.slo})")
     lat = whole.latency_ms
     evidence: dict[str, Any] = {
         "rate_rps": round(rate, 3), "peak_rps": round(peak, 3), "fraction": cfg.soak_fraction,
@@ -130,6 +161,7 @@ def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConf
         "gpu_memory": gpu_fit, "gpu_verdict": gpu_why or None,
         "worker_restarts": restarts, "client_valid": whole.valid, "client_note": whole.invalid_reason or whole.warning,
         "client_lag_p99_ms": whole.client.lag_ms.p99,
+        "slo": slo, "slo_only_failure": slo_only,
     }
     series = {"window_t_s": [round(warmup + (i + 0.5) * win, 2) for i in range(n_win)],
               "window_p50_ms": [p.latency_ms.p50 for p in pts], "window_p99_ms": [p.latency_ms.p99 for p in pts],

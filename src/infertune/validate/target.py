@@ -79,15 +79,25 @@ class Target:
     def alive(self) -> bool:
         return self.proc is None or self.proc.poll() is None
 
-    def wait_ready(self, timeout: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
+    def wait_ready(self, timeout: float, unreachable_s: float = 3.0) -> dict[str, Any]:
+        """Poll /ready until it answers 200. A server validate started gets `timeout` (loading a model takes
+        a while); a URL given by the user where nothing accepts connections fails after `unreachable_s`
+        (a server that answers, even 503 while loading, gets the full timeout)."""
+        t0 = time.monotonic()
+        deadline = t0 + timeout
         last = ""
+        answered = False
         while time.monotonic() < deadline:
+            if not self.owned and not answered and time.monotonic() - t0 > unreachable_s:
+                raise InfertuneError(f"nothing answers at {self.url} ({last} for {unreachable_s:g} s); start the "
+                                     "server first, check the URL and port, or pass an artifact to let validate "
+                                     "start `infertune serve` itself")
             if not self.alive():
                 raise InfertuneError(f"the server exited with code {self.proc.returncode} before it was ready; "
                                      f"see {self.log_path}:\n{self.log_tail()}")
             try:
-                r = httpx.get(self.url + "/ready", timeout=5)
+                r = httpx.get(self.url + "/ready", timeout=httpx.Timeout(5.0, connect=2.0))
+                answered = True
                 if r.status_code == 200:
                     self.info = r.json()
                     return self.info
@@ -98,7 +108,8 @@ class Target:
                         return self.info
                 last = f"/ready answered {r.status_code}"
             except httpx.HTTPError as e:
-                last = f"{type(e).__name__}"
+                last = {"ConnectError": "connection refused", "ConnectTimeout": "connect timed out"}.get(
+                    type(e).__name__, type(e).__name__)
             time.sleep(0.2)
         raise InfertuneError(f"{self.url} was not ready within {timeout:g} s (last: {last})")
 

@@ -1,0 +1,35 @@
+"""validate's verdicts end to end (issue 16): nothing listening at the URL is said within seconds, and a
+soak whose latency breaks the SLO is not a PASS (exit 4). About 15 s on the 2-core box."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from validate_helpers import run_cli
+
+
+def test_nothing_listening_exits_2_within_10_s_naming_the_url():
+    t0 = time.monotonic()
+    r = run_cli("validate", "http://127.0.0.1:9", timeout=60)
+    took = time.monotonic() - t0
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert took < 10, f"took {took:.1f} s"
+    assert "Traceback" not in r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: nothing answers at http://127.0.0.1:9"), r.stderr
+
+
+def test_a_soak_over_the_slo_is_not_a_pass(fake_artifact, tmp_path):
+    out = tmp_path / "v"
+    # the fake backend takes ~1 ms a request; no server answers in 0.05 ms: the SLO is missed for sure
+    r = run_cli("validate", str(fake_artifact()), "--peak", "20", "--soak", "4s", "--slo", "p99_e2e_ms<=0.05",
+                "--no-long-tail", "--faults", "none", "--sample-interval", "0.5", "--out", str(out), timeout=120)
+    assert r.returncode == 4, r.stderr[-3000:]
+    assert "PASSED" not in r.stderr and "all drills passed" not in r.stderr
+    assert "verdict: SLO NOT MET" in r.stderr and "(exit 4)" in r.stderr
+    data = json.loads((out / "validate.json").read_text())
+    assert data["passed"] is False and data["slo_met"] is False and data["exit_code"] == 4
+    soak = next(d for d in data["drills"] if d["name"] == "soak")
+    assert soak["passed"] is False and soak["reason"].startswith("SLO not met: p99_e2e_ms")
+    assert soak["evidence"]["errors"] == 0  # the server held up: only the promise was broken
