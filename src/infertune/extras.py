@@ -28,6 +28,7 @@ NEEDS: dict[str, list[tuple[str, str]]] = {
     "plan": [],
     "doctor": [],
     "explain": [],
+    "deploy": [],  # validation needs [deploy]; without it the files are written and marked "not validated"
 }
 
 
