@@ -113,6 +113,8 @@ class TuneConfig(BaseModel):
     task: Literal["embed", "generate"] | None = None
     # embeddings: verify candidates on the first N dimensions (Matryoshka; what the user will request)
     dimensions: int | None = Field(None, ge=1)
+    # embeddings: after the tune, serve the artifact and these peers (vllm) and measure them side by side
+    peers: list[str] = []
     write_artifact: bool = True
     sensitivity: bool = True
     lm_accuracy: LMAccuracyBudget = LMAccuracyBudget()  # causal LMs (issue 6)

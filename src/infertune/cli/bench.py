@@ -57,6 +57,8 @@ def bench_cmd(
     out: Annotated[Path | None, typer.Option(help="write bench.json, bench.html, bench.csv here")] = None,
     save_requests: Annotated[bool, typer.Option(help="keep per-request records in bench.json")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print bench.json to stdout; humans read stderr")] = False,
+    compare: Annotated[list[str] | None, typer.Option(help="embeddings: also measure this server (repeatable, NAME=URL or URL) side by side with URL on the same texts, in rounds whose order rotates; prints items/s (median, range, n), P99 and cosine of the answers against URL's")] = None,
+    rounds: Annotated[int, typer.Option(help="with --compare: rounds per server")] = 3,
 ) -> None:
     """Load-test an OpenAI-compatible server: latency percentiles from each request's scheduled send time,
     TTFT/ITL/TPOT for streams, errors by kind, the server's /metrics alongside, and a client self-check
@@ -80,6 +82,9 @@ def bench_cmd(
         raise InfertuneError(f"--http-client must be auto, lean or aiohttp, not {http_client!r}")
     if workers != "auto" and not workers.isdigit():
         raise InfertuneError(f"--workers takes a number or 'auto', not {workers!r}")
+    if compare:
+        _compare(url, compare, api, workload, concurrency, duration, warmup, rounds, inputs_per_request, as_json)
+        return
     cfg = BenchConfig(
         url=url, api=api, model=model, workload=workload, synthetic=synthetic, inputs_per_request=inputs_per_request, stream=stream,
         concurrency=_nums(concurrency, int, "--concurrency"), rates=_nums(rate, float, "--rate"), arrivals=arrivals,
@@ -98,3 +103,29 @@ def bench_cmd(
         kinds = sorted({k for p in result.points for k in p.errors.by_kind})
         con.print(f"[bold red]every request failed ({', '.join(kinds)}); see the messages above[/]")
         raise typer.Exit(1)
+
+
+def _compare(url, compare, api, workload, concurrency, duration, warmup, rounds, per_request, as_json) -> None:
+    import json
+
+    from infertune.console import console
+    from infertune.errors import InfertuneError
+    from infertune.peers import compare as run_compare
+    from infertune.peers import table
+    from infertune.workload import load_workload
+
+    if api != "embeddings":
+        raise InfertuneError("--compare measures embedding servers (--api embeddings)")
+    conc = _nums(concurrency, int, "--concurrency") or [16]
+    if len(conc) != 1:
+        raise InfertuneError("--compare takes one --concurrency")
+    servers = {"first": url}
+    for i, item in enumerate(compare):
+        name, sep, u = item.partition("=")
+        servers[name if sep and not name.startswith("http") else f"server {i + 2}"] = u if sep and not name.startswith("http") else item
+    servers = {(url if k == "first" else k): v for k, v in servers.items()}
+    con = console(stderr=True)
+    got = run_compare(servers, load_workload(str(workload) if workload else None).items, concurrency=conc[0],
+                      duration=duration, warmup=warmup, rounds=rounds, inputs_per_request=per_request,
+                      progress=lambda s: con.print(s, markup=False))
+    typer.echo(json.dumps([r.model_dump() for r in got], indent=2) if as_json else table(got))

@@ -130,6 +130,8 @@ def tune(config: TuneConfig | None = None, quiet: bool = False, candidates: list
     result.search["wall_s"] = result.wall_s
     if result.artifact:
         result.next_command = f"infertune serve {result.artifact}"
+    if cfg.peers:
+        _peers(task, cfg, result, out, console)
     write(result, out)
     try:
         task.write_report(result, out / "report.html")
@@ -140,6 +142,28 @@ def tune(config: TuneConfig | None = None, quiet: bool = False, candidates: list
         serve = f" (infertune serve {link}/artifact serves this run's pick)" if result.artifact else ""
         console.print(f"{link} -> {out.name}{serve}", markup=False)
     return result
+
+
+def _peers(task, cfg: TuneConfig, result: TuneResult, out: Path, console) -> None:
+    """--peers: the artifact under `infertune serve` vs engines users know, over HTTP (infertune.peers)."""
+    if not hasattr(task, "run_peers"):
+        result.peers = [{"error": "--peers measures embedding models; a causal LM's artifact is served by vLLM"}]
+        return
+    if not result.artifact:
+        result.peers = [{"error": "no artifact (no winner): nothing of ours to compare"}]
+        return
+    t0 = time.perf_counter()
+    try:
+        got = task.run_peers(result, out)
+    except InfertuneError as e:
+        result.peers = [{"error": str(e)}]
+        console.print(f"[yellow]peers not measured: {e}[/]")
+        return
+    from infertune.peers import table
+
+    result.peers = [r.model_dump() for r in got]
+    console.print(f"peers ({time.perf_counter() - t0:.0f} s, same texts, rounds interleaved):\n{table(got)}",
+                  markup=False, highlight=False)
 
 
 def _baseline_id(run: search.Run) -> str | None:

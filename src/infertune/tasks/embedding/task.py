@@ -131,6 +131,14 @@ class EmbeddingTask(Task):
         return Probe(speed=speed, p99_ms=p99, detail={"items": p["items"], "batches": p["batches"],
                                                        "batching": cand.batching.id, "complete": p["complete"]})
 
+    def run_peers(self, result: TuneResult, out: Path) -> list:
+        """tune --peers: our artifact under `infertune serve` vs vLLM's pooling runner on the source model."""
+        from infertune.peers import run_peers
+
+        c = self.cfg
+        return run_peers(c.peers, result.artifact, self.ref.path, self.workload.items, self.spec.max_length,
+                         self.tokenizer, out, c.device, console=self.console)
+
     def verify(self, worker, cand) -> tuple[Accuracy, bool, str]:
         from infertune.verify import compare, within_budget
 
