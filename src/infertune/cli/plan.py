@@ -90,7 +90,7 @@ def print_embedding(con, r) -> None:
               f"{b['activation_peak'] / g:.3f} + non-torch {b['non_torch'] / g:.2f} = {e.memory_need_bytes / g:.2f} GiB "
               f"of {e.memory_available_bytes / g:.2f} GiB usable", highlight=False)
     con.print(f"fits on 1 GPU: {'yes' if r.fits else 'no'}; inputs up to {r.context} tokens; no cache: one forward "
-              "pass per input, nothing is decoded", highlight=False)
+              "pass per input, no tokens generated", highlight=False)
     comp = (f"{e.batch_ms_compute:.3f} ms compute" if e.batch_ms_compute is not None else
             f"no published tensor peak for {r.gpu['name']}, so compute is not bounded here")
     con.print(f"throughput bound ({r.dtype}, {e.batch_tokens}-token batches of {e.input_len}-token inputs): "
