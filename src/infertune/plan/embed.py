@@ -129,13 +129,13 @@ def roofline(a: Arch, g: dict, dtype: str, tokens: int, length: int, decoder: bo
 
 
 def plan_embedding(cfg, a: Arch, kind, raw: dict[str, Any], g: dict, total: float, wl: dict[str, Any],
-                   notes: list[str]) -> dict[str, Any]:
-    """The fields of a PlanResult for an embedder (the caller builds the result)."""
+                   notes: list[str], location: tuple[str, str]) -> dict[str, Any]:
+    """The fields of a PlanResult for an embedder (the caller builds the result); `location` is
+    planner.model_location's (name, directory)."""
     from infertune.plan.commands import docker_cmd, trtexec_cmd
-    from infertune.plan.planner import model_location
 
     decoder = kind.arch == "decoder"
-    name, model_dir = model_location(cfg.model)
+    name, model_dir = location
     if not Path(cfg.model).expanduser().exists():  # an alias (minilm): its files sit in a directory named "model"
         name = Path(cfg.model).name
     st_len = st_max_seq_length(model_dir)

@@ -227,9 +227,9 @@ def _kind(cfg: PlanConfig):
 
 def _embed_result(cfg: PlanConfig, a: Arch, kind, raw: dict, g: dict, total: float, wl: dict,
                   notes: list[str]) -> PlanResult:
-    from infertune.plan.embed import plan_embedding
+    from infertune.plan.embed import plan_embedding  # noqa: PLC0415 - beside its only use
 
-    e = plan_embedding(cfg, a, kind, raw, g, total, wl, notes)
+    e = plan_embedding(cfg, a, kind, raw, g, total, wl, notes, model_location(cfg.model))
     return PlanResult(
         model=str(cfg.model), gpu=g, context=e["context"], concurrency=cfg.concurrency or 1, dtype=e["dtype"],
         kv_cache_dtype="none", params=a.params(), params_active=a.params(active=True),
