@@ -42,7 +42,7 @@ def plan_cmd(
 
     if task not in (None, "embed", "generate"):
         raise InfertuneError(f"unknown --task {task!r}; choose embed or generate")
-    r = plan(PlanConfig(task=task, 
+    r = plan(PlanConfig(task=task,
         model=model, gpu=gpu, gpus=gpus, workload=workload, context=context, concurrency=concurrency, dtype=dtype,
         kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization, gpu_memory_gib=gpu_memory_gib,
         max_num_batched_tokens=max_num_batched_tokens, fixed_shapes=fixed_shapes, interconnect=interconnect,

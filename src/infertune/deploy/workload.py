@@ -28,11 +28,10 @@ def resolve_workload(cfg: DeployConfig) -> Workload:
     if manifest is not None:  # a causal-LM artifact: vLLM serves artifact/model
         model_dir = str((src / "model").resolve())
         return _vllm_workload(cfg, model_dir, manifest.get("model") or src.name, model_dir)
-    from infertune.plan.arch import arch_from_config, load_config
-    from infertune.plan.planner import model_location
-
     from infertune.models.kind import model_kind
     from infertune.models.resolve import resolve_model
+    from infertune.plan.arch import arch_from_config, load_config
+    from infertune.plan.planner import model_location
 
     arch_from_config(load_config(cfg.source))  # a readable transformer config, or the user mistake says why
     name, model_dir = model_location(cfg.source)

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from infertune.plan.arch import DTYPE_BYTES, Arch, arch_from_config, load_config
-from infertune.plan.embed import EmbedPlan
+from infertune.plan.embed import EmbedPlan, plan_embedding
 from infertune.plan.gpus import find_gpu, peak_tflops
 
 GIB = 2**30
@@ -227,8 +227,6 @@ def _kind(cfg: PlanConfig):
 
 def _embed_result(cfg: PlanConfig, a: Arch, kind, raw: dict, g: dict, total: float, wl: dict,
                   notes: list[str]) -> PlanResult:
-    from infertune.plan.embed import plan_embedding  # noqa: PLC0415 - beside its only use
-
     e = plan_embedding(cfg, a, kind, raw, g, total, wl, notes, model_location(cfg.model))
     return PlanResult(
         model=str(cfg.model), gpu=g, context=e["context"], concurrency=cfg.concurrency or 1, dtype=e["dtype"],
