@@ -152,6 +152,9 @@ def plan_embedding(cfg, a: Arch, kind, raw: dict[str, Any], g: dict, total: floa
     if a.max_positions and context > a.max_positions:
         notes.append(f"context {context} exceeds the model's max_position_embeddings {a.max_positions}")
     tokens = max(cfg.max_num_batched_tokens or DEFAULT_TOKENS, context)
+    if (cfg.gpus or 1) > 1 or (cfg.tensor_parallel_size or 1) > 1:
+        notes.append("an embedder is planned on one GPU (tensor parallel only adds all-reduces): with more GPUs run "
+                     "one replica each (infertune serve --devices 0,1,... or one vLLM server per GPU)")
     length = min(int(wl.get("prompt_p50") or TYPICAL_LEN), context)
     cc = tuple(int(x) for x in g["cc"].split("."))
     non_torch = cfg.non_torch_gib * GIB

@@ -1,5 +1,6 @@
 """`infertune plan`: will this model fit on this GPU under vLLM, how much KV cache and concurrency does
-it get, how fast can it be at best, and the commands to run it.
+it get, how fast can it be at best, and the commands to run it. Embedding models (models/kind.py decides,
+as for tune and serve) are planned by plan/embed.py instead: no KV cache, weights + batch activations.
 
 vLLM's budget (v1 gpu_worker, memory profiling), per GPU:
   kv_cache = total x gpu_memory_utilization - weights - activation peak of the profile run - non-torch
@@ -195,12 +196,6 @@ def kv_fit(a: Arch, cfg: PlanConfig, kv_bytes: float, tp: int, context: int) -> 
 def _engine(a: Arch, g: dict, dtype: str, conc: int, fits: bool, cfg: PlanConfig) -> Engine:
     r: list[str] = []
     edge = g.get("kind") == "laptop" or g["memory_gib"] <= 12
-    if a.encoder:
-        if cfg.fixed_shapes:
-            return Engine(name="tensorrt", reasons=["encoder with known input shapes: a TensorRT engine built for the "
-                          "workload's length range (trtexec below) runs fastest", "export to ONNX first (infertune tune)"])
-        return Engine(name="infertune-serve", reasons=["encoder (embedding) model: dynamic batching of variable-length "
-                      "requests; `infertune tune` picks the backend (torch, ONNX Runtime) on this hardware"])
     if edge:
         r.append(f"{g['name']} has {g['memory_gib']} GiB: edge-class, so 4-bit weights (AWQ/GPTQ, or GGUF with "
                  "llama.cpp) leave room for the KV cache")

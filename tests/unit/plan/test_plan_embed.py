@@ -132,3 +132,10 @@ def test_embedding_plan_does_not_import_torch():
             "plan(PlanConfig(model='minilm', gpu='H100')); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_more_gpus_means_replicas_not_tensor_parallel():
+    r = plan(PlanConfig(model="minilm", gpu="H100", gpus=4))
+    assert r.valid_tp_sizes == [1] and r.tensor_parallel_size == 1
+    assert "--tensor-parallel-size" not in r.commands["vllm-pooling"]
+    assert any("one replica each" in n for n in r.notes)
