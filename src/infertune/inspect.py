@@ -193,9 +193,15 @@ def inspect_model(cfg: InspectConfig | str) -> InspectResult:
     by_type: dict[str, int] = defaultdict(int)
     bytes_type: dict[str, int] = defaultdict(int)
     by_dtype: dict[str, int] = defaultdict(int)
+    seen: dict[int, str] = {}  # tied weights (tie_word_embeddings: lm_head.weight is embed_tokens.weight) count once
+    tied: list[str] = []
     for mname, mod in model.named_modules():
         for pname, prm in mod.named_parameters(recurse=False):
             full = f"{mname}.{pname}" if mname else pname
+            if id(prm) in seen:
+                tied.append(f"{full} is {seen[id(prm)]} (tied: counted once, under {seen[id(prm)]}'s module type)")
+                continue
+            seen[id(prm)] = full
             dt = next((v for k, v in st.items() if k.endswith(full) or full.endswith(k)), None) if st else None
             dt = dt or st_alias.get(cfg_dtype, "F32")
             n = prm.numel()
@@ -231,5 +237,5 @@ def inspect_model(cfg: InspectConfig | str) -> InspectResult:
         flops_per_token_by_layer=dict(sorted(layers.items())), attention_flops_share=share,
         flops_per_token_analytic=analytic, kv_bytes_per_token=a.kv_bytes_per_token(), kv_layout=layout,
         head_dim=a.head_dim, sensitivity=sens, sensitivity_source=src,
-        notes=flop_notes(flops, analytic, a.experts, a.experts_per_tok), wall_s=round(time.perf_counter() - t0, 2),
+        notes=tied + flop_notes(flops, analytic, a.experts, a.experts_per_tok), wall_s=round(time.perf_counter() - t0, 2),
     )

@@ -28,17 +28,24 @@ def plan_cmd(
     kv_cache_memory_gib: Annotated[float | None, typer.Option(help="KV memory if known (e.g. from a vLLM log)")] = None,
     fixed_shapes: Annotated[bool, typer.Option(help="inputs have fixed shapes (favours TensorRT)")] = False,
     interconnect: Annotated[str, typer.Option(help="auto|nvlink|pcie between the node's GPUs (nvidia-smi topo -m)")] = "auto",
+    task: Annotated[str | None, typer.Option(help="embed|generate: what the model is for (default: decided from its files, as tune and serve decide)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON on stdout")] = False,
 ) -> None:
     """Weights per dtype, KV capacity at vLLM's memory fraction, max concurrency, smallest TP that fits,
     prefill/decode rooflines, an engine recommendation and the exact vllm / trtexec / docker commands.
+    For an embedding model: weights + batch activations (no KV cache), a prefill throughput bound and the
+    infertune serve / vLLM pooling runner / TensorRT commands.
+
     The plan goes to stdout (`infertune plan ... > plan.txt`); with --json, JSON goes there instead."""
     from rich.markup import escape
 
     from infertune.console import console
+    from infertune.errors import InfertuneError
     from infertune.plan.planner import PlanConfig, plan
 
-    r = plan(PlanConfig(
+    if task not in (None, "embed", "generate"):
+        raise InfertuneError(f"unknown --task {task!r}; choose embed or generate")
+    r = plan(PlanConfig(task=task,
         model=model, gpu=gpu, gpus=gpus, workload=workload, context=context, concurrency=concurrency, dtype=dtype,
         kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization, gpu_memory_gib=gpu_memory_gib,
         max_num_batched_tokens=max_num_batched_tokens, fixed_shapes=fixed_shapes, interconnect=interconnect,
@@ -46,6 +53,11 @@ def plan_cmd(
     ))
     con = console(stderr=as_json)
     g = 2**30
+    if r.embedding is not None:
+        print_embedding(con, r)
+        if as_json:
+            typer.echo(json.dumps(r.model_dump(mode="json"), indent=2))
+        return
     con.print(f"[bold]{r.model}[/] on {r.gpu['name']} ({r.gpu['memory_gib']} GiB, {r.gpu['bandwidth_gbs']} GB/s): "
               f"{r.params / 1e9:.2f} B params ({r.params_active / 1e9:.2f} B active)", highlight=False)
     con.print("weights: " + ", ".join(f"{d} {b / g:.2f} GiB" for d, b in r.weights_bytes_by_dtype.items()), highlight=False)
@@ -69,3 +81,28 @@ def plan_cmd(
         con.print(f"[dim]note: {escape(n)}[/]", highlight=False)
     if as_json:
         typer.echo(json.dumps(r.model_dump(mode="json"), indent=2))
+
+
+def print_embedding(con, r) -> None:
+    """An embedder's plan: memory without a KV cache, the prefill throughput bound, three engines."""
+    e, g, b = r.embedding, 2**30, r.memory_budget
+    con.print(f"[bold]{r.model}[/] ({e.arch} embedder: {e.why}) on {r.gpu['name']} ({r.gpu['memory_gib']} GiB, "
+              f"{r.gpu['bandwidth_gbs']} GB/s): {r.params / 1e6:.1f} M params", highlight=False)
+    con.print("weights: " + ", ".join(f"{d} {x / g:.3f} GiB" for d, x in r.weights_bytes_by_dtype.items()), highlight=False)
+    con.print(f"memory at {r.dtype}: weights {b['weights'] / g:.3f} + activations for {e.batch_tokens} batched tokens "
+              f"{b['activation_peak'] / g:.3f} + non-torch {b['non_torch'] / g:.2f} = {e.memory_need_bytes / g:.2f} GiB "
+              f"of {e.memory_available_bytes / g:.2f} GiB usable", highlight=False)
+    con.print(f"fits on 1 GPU: {'yes' if r.fits else 'no'}; inputs up to {r.context} tokens; no cache: one forward "
+              "pass per input, no tokens generated", highlight=False)
+    comp = (f"{e.batch_ms_compute:.3f} ms compute" if e.batch_ms_compute is not None else
+            f"no published tensor peak for {r.gpu['name']}, so compute is not bounded here")
+    con.print(f"throughput bound ({r.dtype}, {e.batch_tokens}-token batches of {e.input_len}-token inputs): "
+              f"{e.tokens_per_s:,.0f} tokens/s = {e.items_per_s:,.0f} items/s, {e.bound}-bound ({comp} vs "
+              f"{e.batch_ms_memory:.3f} ms memory per batch; {e.flops_per_token / 1e6:.1f} MFLOP/token)  "
+              "[a bound, not a measurement]", highlight=False)
+    con.print(f"engine: [bold]{r.engine.name}[/] - {r.engine.reasons[0]}", highlight=False)
+    for o in e.engines:
+        con.print(f"[dim]{o.name}{' (chosen)' if o.chosen else ''}:[/] {o.command}", highlight=False, soft_wrap=True)
+        con.print(f"[dim]  why: {o.why}[/]", highlight=False)
+    for n in r.notes:
+        con.print(f"[dim]note: {n}[/]", highlight=False)

@@ -28,12 +28,14 @@ def resolve_workload(cfg: DeployConfig) -> Workload:
     if manifest is not None:  # a causal-LM artifact: vLLM serves artifact/model
         model_dir = str((src / "model").resolve())
         return _vllm_workload(cfg, model_dir, manifest.get("model") or src.name, model_dir)
+    from infertune.models.kind import model_kind
+    from infertune.models.resolve import resolve_model
     from infertune.plan.arch import arch_from_config, load_config
     from infertune.plan.planner import model_location
 
-    arch = arch_from_config(load_config(cfg.source))
+    arch_from_config(load_config(cfg.source))  # a readable transformer config, or the user mistake says why
     name, model_dir = model_location(cfg.source)
-    if arch.encoder:
+    if model_kind(resolve_model(cfg.source)).task == "embed":  # encoder or decoder embedder: infertune serve
         return _serve_workload(cfg, Path(model_dir), {"model": name})
     return _vllm_workload(cfg, model_dir, name, cfg.source)
 
@@ -58,7 +60,7 @@ def _serve_workload(cfg: DeployConfig, model_dir: Path, manifest: dict) -> Workl
             notes.append(f"the artifact was tuned on {tuned_on} and is served on {device}: its pick and batch sizes "
                          f"were measured there; run `infertune tune --device {device}` on the target for its own")
     else:
-        notes.append("untuned encoder: run `infertune tune` and deploy the artifact to serve the fastest candidate")
+        notes.append("untuned embedding model: run `infertune tune` and deploy the artifact to serve the fastest candidate")
     return Workload(engine="infertune-serve", name=name, served_name=str(manifest.get("model") or name),
                     model_dir=str(model_dir), mount=mount, device=device, gpus_per_pod=gpus, args=args,
                     cpu_request=str(threads or 2), memory_request="2Gi" if device == "cpu" else "4Gi", notes=notes)
@@ -76,7 +78,7 @@ def _vllm_workload(cfg: DeployConfig, model_dir: str, model_name: str, config_so
     # vLLM's rule: tensor parallel inside a node (NVLink), pipeline parallel across nodes
     r = plan(PlanConfig(model=config_source, gpu=cfg.gpu, gpus=per_node,
                         tensor_parallel_size=per_node, pipeline_parallel_size=cfg.nodes, context=cfg.context,
-                        concurrency=cfg.concurrency, dtype=cfg.dtype))
+                        concurrency=cfg.concurrency, dtype=cfg.dtype, task="generate"))
     if not r.fits:
         raise InfertuneError(f"{model_name} does not fit on {cfg.nodes} x {per_node} x {r.gpu['name']} with "
                              f"{r.dtype} weights at {r.context} tokens (KV for {r.max_concurrency:.2f} sequences); "

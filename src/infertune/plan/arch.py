@@ -20,6 +20,9 @@ DTYPE_BYTES = {"fp32": 4.0, "float32": 4.0, "bf16": 2.0, "bfloat16": 2.0, "fp16"
 ENCODER_TYPES = {"bert", "roberta", "xlm-roberta", "mpnet", "distilbert", "electra", "deberta", "deberta-v2",
                  "modernbert", "nomic_bert", "new", "camembert", "albert"}
 
+ROTARY_ENCODERS = {"modernbert", "nomic_bert", "new"}  # rotary positions, no Linear biases
+POOLER_ENCODERS = {"bert", "roberta", "xlm-roberta", "camembert", "mpnet"}  # HF *Model adds a dense pooler
+
 
 def load_config(model: str | Path) -> dict[str, Any]:
     """config.json of a model directory, a path to the file itself, or an alias (minilm)."""
@@ -77,6 +80,11 @@ class Arch:
     qk_rope_dim: int = 0
     v_head_dim: int = 0
     sliding_window_layers: int = 0
+    # encoders (BERT family): what a decoder count leaves out
+    position_embeddings: int = 0  # absolute position table rows (0: rotary / relative)
+    type_vocab: int = 0  # token_type_ids table rows
+    biases: bool = False  # Linear and LayerNorm biases
+    pooler: bool = False  # HF's dense pooler (BertModel, RobertaModel, MPNetModel)
 
     @property
     def mla(self) -> bool:
@@ -114,10 +122,19 @@ class Arch:
     def lm_head_params(self) -> int:
         return 0 if (self.tied or self.encoder) else self.vocab * self.hidden
 
+    def encoder_extra_params(self) -> int:
+        """Position and token-type tables, biases (Linear and LayerNorm) and the pooler; 0 for decoders."""
+        h = self.hidden
+        extra = (self.position_embeddings + self.type_vocab) * h + h * int(self.pooler) * (h + 1)
+        if self.biases:
+            qkv_o = self.heads * self.head_dim + 2 * self.kv_heads * self.head_dim + h
+            extra += self.layers * (qkv_o + self.intermediate + h + 2 * h) + h  # + LayerNorm biases, embeddings' LN
+        return extra
+
     def params(self, active: bool = False) -> int:
         norms = self.layers * 2 * self.hidden + self.hidden
         return (self.layers * self.attn_params() + self.mlp_params(active) + self.embed_params()
-                + self.lm_head_params() + norms)
+                + self.lm_head_params() + norms + self.encoder_extra_params())
 
     def linear_params(self, active: bool = False) -> int:
         """Weights inside transformer blocks' Linear layers (what weight quantization shrinks)."""
@@ -208,4 +225,8 @@ def arch_from_config(cfg: dict[str, Any]) -> Arch:
         qk_nope_dim=int(g("qk_nope_head_dim") or 0), qk_rope_dim=int(g("qk_rope_head_dim") or 0),
         v_head_dim=int(g("v_head_dim") or 0),
         sliding_window_layers=sum(1 for t in layer_types if "sliding" in str(t)),
+        position_embeddings=int(g("max_position_embeddings") or 0) if encoder and mt not in ROTARY_ENCODERS
+        and g("position_embedding_type", "absolute") == "absolute" else 0,
+        type_vocab=int(g("type_vocab_size") or 0) if encoder else 0,
+        biases=encoder and mt not in ROTARY_ENCODERS, pooler=encoder and mt in POOLER_ENCODERS,
     )

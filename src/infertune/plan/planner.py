@@ -1,5 +1,6 @@
 """`infertune plan`: will this model fit on this GPU under vLLM, how much KV cache and concurrency does
-it get, how fast can it be at best, and the commands to run it.
+it get, how fast can it be at best, and the commands to run it. Embedding models (models/kind.py decides,
+as for tune and serve) are planned by plan/embed.py instead: no KV cache, weights + batch activations.
 
 vLLM's budget (v1 gpu_worker, memory profiling), per GPU:
   kv_cache = total x gpu_memory_utilization - weights - activation peak of the profile run - non-torch
@@ -18,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from infertune.plan.arch import DTYPE_BYTES, Arch, arch_from_config, load_config
+from infertune.plan.embed import EmbedPlan, plan_embedding
 from infertune.plan.gpus import find_gpu, peak_tflops
 
 GIB = 2**30
@@ -44,6 +46,7 @@ class PlanConfig(BaseModel):
     non_torch_gib: float = Field(0.5, ge=0, description="CUDA context + library workspaces per GPU")
     nccl_gib: float = Field(0.5, ge=0, description="extra non-torch memory per GPU when TP > 1")
     fixed_shapes: bool = False
+    task: Literal["embed", "generate"] | None = Field(None, description="override the model-kind decision")
     interconnect: Literal["auto", "nvlink", "pcie"] = Field(
         "auto", description="between the GPUs of a node (nvidia-smi topo -m: NV# = nvlink); auto: SXM/HGX parts nvlink")
 
@@ -64,12 +67,13 @@ class PlanResult(BaseModel):
     params_active: int
     weights_bytes: int
     weights_bytes_by_dtype: dict[str, int]
-    kv_bytes_per_token: int  # whole model, per token (per GPU: kv_bytes_per_token_per_gpu)
-    kv_bytes_per_token_per_gpu: int
-    kv_cache_bytes: int  # per GPU, at the chosen TP
-    kv_blocks: int
-    kv_tokens: int
-    max_concurrency: float
+    # KV-cache figures: None for an embedder (one forward pass per input, nothing cached)
+    kv_bytes_per_token: int | None  # whole model, per token (per GPU: kv_bytes_per_token_per_gpu)
+    kv_bytes_per_token_per_gpu: int | None
+    kv_cache_bytes: int | None  # per GPU, at the chosen TP
+    kv_blocks: int | None
+    kv_tokens: int | None
+    max_concurrency: float | None
     fits: bool
     tensor_parallel_size: int | None
     tensor_parallel_for_concurrency: int | None
@@ -83,6 +87,8 @@ class PlanResult(BaseModel):
     commands: dict[str, str]
     workload: dict[str, Any] = {}
     notes: list[str] = []
+    task: Literal["embed", "generate"] = "generate"  # models/kind.py's decision
+    embedding: EmbedPlan | None = None  # memory, throughput bound and engines of an embedder (plan/embed.py)
 
 
 MAX_SEQS_DEFAULT = 256  # vLLM's max_num_seqs default for the OpenAI server on most GPUs
@@ -190,12 +196,6 @@ def kv_fit(a: Arch, cfg: PlanConfig, kv_bytes: float, tp: int, context: int) -> 
 def _engine(a: Arch, g: dict, dtype: str, conc: int, fits: bool, cfg: PlanConfig) -> Engine:
     r: list[str] = []
     edge = g.get("kind") == "laptop" or g["memory_gib"] <= 12
-    if a.encoder:
-        if cfg.fixed_shapes:
-            return Engine(name="tensorrt", reasons=["encoder with known input shapes: a TensorRT engine built for the "
-                          "workload's length range (trtexec below) runs fastest", "export to ONNX first (infertune tune)"])
-        return Engine(name="infertune-serve", reasons=["encoder (embedding) model: dynamic batching of variable-length "
-                      "requests; `infertune tune` picks the backend (torch, ONNX Runtime) on this hardware"])
     if edge:
         r.append(f"{g['name']} has {g['memory_gib']} GiB: edge-class, so 4-bit weights (AWQ/GPTQ, or GGUF with "
                  "llama.cpp) leave room for the KV cache")
@@ -213,11 +213,35 @@ def _engine(a: Arch, g: dict, dtype: str, conc: int, fits: bool, cfg: PlanConfig
     return Engine(name=name if fits or not edge else "llama.cpp", reasons=r)
 
 
+def _kind(cfg: PlanConfig):
+    from infertune.models.kind import model_kind
+    from infertune.models.resolve import resolve_model
+
+    return model_kind(resolve_model(cfg.model), cfg.task)
+
+
+def _embed_result(cfg: PlanConfig, a: Arch, kind, raw: dict, g: dict, total: float, wl: dict,
+                  notes: list[str]) -> PlanResult:
+    e = plan_embedding(cfg, a, kind, raw, g, total, wl, notes, model_location(cfg.model))
+    return PlanResult(
+        model=str(cfg.model), gpu=g, context=e["context"], concurrency=cfg.concurrency or 1, dtype=e["dtype"],
+        kv_cache_dtype="none", params=a.params(), params_active=a.params(active=True),
+        weights_bytes=a.weights_bytes(e["dtype"]), weights_bytes_by_dtype={d: a.weights_bytes(d) for d in DTYPES},
+        kv_bytes_per_token=None, kv_bytes_per_token_per_gpu=None, kv_cache_bytes=None, kv_blocks=None,
+        kv_tokens=None, max_concurrency=None, fits=e["fits"], tensor_parallel_size=1 if e["fits"] else None,
+        tensor_parallel_for_concurrency=None, valid_tp_sizes=[1], memory_budget=e["memory_budget"],
+        decode_step_ms_roofline=None, roofline={}, engine=Engine(name=e["engine_name"], reasons=e["engine_reasons"]),
+        commands=e["commands"], workload=wl, notes=notes, task="embed", embedding=e["embedding"],
+    )
+
+
 def plan(cfg: PlanConfig) -> PlanResult:
     """Size a vLLM deployment of `cfg.model` on `cfg.gpu` (config-only: no weights, no torch)."""
     from infertune.plan.commands import docker_cmd, trtexec_cmd, vllm_cmd
 
-    a = arch_from_config(load_config(cfg.model))
+    raw = load_config(cfg.model)
+    a = arch_from_config(raw)
+    kind = _kind(cfg)
     notes: list[str] = []
     gpu_name = cfg.gpu
     if gpu_name is None:
@@ -239,6 +263,8 @@ def plan(cfg: PlanConfig) -> PlanResult:
         wl = {"source": str(cfg.workload), "requests": len(prompts), "lengths": how,
               **{f"prompt_p{q}": _pct(prompts, q) for q in (0, 50, 90, 99, 100)},
               "total_p99": _pct(lens, 99), "total_max": max(lens)}
+    if kind.task == "embed":
+        return _embed_result(cfg, a, kind, raw, g, total, wl, notes)
     context = cfg.context or (int(math.ceil(wl["total_max"] / 256) * 256) if wl else min(a.max_positions or 8192, 8192))
     if not cfg.context and not wl:
         notes.append(f"no --context or --workload: planning for {context} tokens per sequence")

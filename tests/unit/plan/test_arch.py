@@ -38,3 +38,18 @@ def test_kv_bytes_per_token_gqa_head_dim_and_mla():
 def test_moe_active_params():
     ds = arch("deepseek-v2-lite")
     assert 2.2e9 < ds.params(active=True) < 2.8e9  # "2.4B activated" (+ embeddings)
+
+
+def test_encoder_count_includes_positions_token_types_biases_and_pooler():
+    """MiniLM (BertModel): the decoder-shaped count missed 371k of 22.7M (position and token-type tables,
+    biases, the pooler); the true count is transformers' own, built from the config on the meta device."""
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    from infertune.models.resolve import resolve_model
+
+    path = resolve_model("minilm").path
+    with torch.device("meta"):
+        model = AutoModel.from_config(AutoConfig.from_pretrained(str(path)))
+    true = sum(p.numel() for p in model.parameters())
+    assert arch_from_config(load_config(path)).params() == pytest.approx(true, rel=0.001)
