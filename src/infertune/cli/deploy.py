@@ -55,8 +55,7 @@ def deploy_cmd(
     max_replicas: Annotated[int | None, typer.Option(help="HPA maximum (default 4x --replicas)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON on stdout")] = False,
 ) -> None:
-    from rich.console import Console
-
+    from infertune.console import console
     from infertune.deploy.config import DeployConfig
     from infertune.deploy.emit import deploy
 
@@ -66,7 +65,7 @@ def deploy_cmd(
         model_host_path=model_host_path, model_path_in_volume=model_subpath, image=image, name=name, port=port,
         hpa=hpa, hpa_metric=hpa_metric, hpa_target=hpa_target, max_replicas=max_replicas,
     ))
-    con = Console(stderr=True)
+    con = console(stderr=as_json)  # what was written is the result: stdout, unless --json takes it
     w = r.workload
     par = f", TP={w.tensor_parallel} x PP={w.pipeline_parallel}" if w.engine == "vllm" else ""
     con.print(f"[bold]{w.name}[/]: {w.engine} on {w.device}, {w.gpus_per_pod} GPU(s) per pod{par}", highlight=False)

@@ -17,7 +17,7 @@ def dump_yaml(docs: list[dict[str, Any]]) -> str:
         def ignore_aliases(self, data: Any) -> bool:
             return True
 
-    return "---\n".join(yaml.dump(d, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=120)
+    return "---\n".join(yaml.dump(d, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=10**6)  # no folded lines: commands stay whole
                          for d in docs)
 
 

@@ -102,7 +102,7 @@ def model_location(model: str) -> tuple[str, str]:
         try:
             from infertune.models.resolve import resolve_model
 
-            mp = Path(resolve_model(str(model)).path)
+            return str(model), str(Path(resolve_model(str(model)).path).resolve())  # an alias names itself
         except Exception:  # noqa: BLE001 - a hub id: vLLM downloads it
             return str(model).rstrip("/").rsplit("/", 1)[-1] or "model", str(model)
     d = mp.parent if mp.suffix == ".json" else mp
