@@ -66,7 +66,7 @@ def engine_main(conn: Any, index: int, model: str, device: str, threads: int | N
         emb.synchronize()
         if emb.compiles_per_shape:
             warm_shapes(emb, warm)
-        seed = _time_batches(emb, warm)
+        seed = _time_batches(emb, warm, int(settings.get("max_batch_tokens") or settings.get("batch_tokens") or 4096))
         settings = Settings(**settings)
         ctx = zmq.Context()
         pull = ctx.socket(zmq.PULL)
@@ -93,16 +93,25 @@ def engine_main(conn: Any, index: int, model: str, device: str, threads: int | N
     _serve_loop(conn, ctx, pull, emb, settings, metrics, run_dir, seed)
 
 
-def _time_batches(emb: Any, rows: list[list[int]]) -> list[tuple[float, float]]:
-    """(padded tokens, seconds) of a few warm batches of different sizes: the first cost line."""
-    out = []
+def _time_batches(emb: Any, rows: list[list[int]], budget: int, max_s: float = 3.0) -> list[tuple[float, float]]:
+    """(padded tokens, seconds) of a few warm batches of different sizes: the first cost line. Batches stay
+    within the engine's token budget (it never runs a bigger one), and timing stops after `max_s` once three
+    sizes are measured: a slow model (or device) starts in seconds, not the half minute that every warm
+    text in one batch cost a slow fake engine."""
+    longest = max(len(r) for r in rows)
+    most = max(1, min(len(rows), budget // max(1, longest)))
+    sizes = sorted({1, max(1, most // 4), most})
+    out: list[tuple[float, float]] = []
+    start = time.perf_counter()
     for _ in range(2):
-        for k in (1, len(rows) // 4, len(rows)):
-            batch = emb.collate(rows[-max(1, k):])
+        for k in sizes:
+            batch = emb.collate(rows[-k:])
             t0 = time.perf_counter()
             emb.postprocess(emb.forward(batch))
             emb.synchronize()
             out.append((float(batch["input_ids"].size), time.perf_counter() - t0))
+            if len(out) >= max(4, len(sizes)) and time.perf_counter() - start > max_s:
+                return out
     return out
 
 
