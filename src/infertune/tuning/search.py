@@ -22,6 +22,7 @@ from infertune.worker import Worker, WorkerFailed
 
 REFINE_TOP = 4  # engines that get the task's refinement (batching search) and full rounds
 PROBE_MIN_S = 8.0  # an option is not started when less than this is left of the probe share
+PROBE_CALL_FLOOR_S = 60.0  # the least a probe call gets (a compile-on-first-shape warm-up fits in it)
 
 
 def short(e: BaseException) -> str:
@@ -129,7 +130,13 @@ class Run:
     def probe(self, o: Option) -> Probe | None:
         c = o.candidate
         cap = o.probe_s or (3.0 if self.cfg.device == "cpu" else 6.0)
-        pr = self.call(c, "probe", lambda w: self.task.probe(w, c, cap))
+        # a probe may not outlive the probe stage's share of the budget by much: one batch of a big model on a
+        # small CPU (Qwen3-0.6B, 2 cores) outlasted the old fixed 120 s and the run overran its budget by 13%
+        self.task.call_limit_s = max(PROBE_CALL_FLOOR_S, self.budget.stage_left("probe") + 15.0)
+        try:
+            pr = self.call(c, "probe", lambda w: self.task.probe(w, c, cap))
+        finally:
+            self.task.call_limit_s = None
         if pr is not None:
             self.probes[c.id] = pr
             self.record(c, stage="probe", probe={"speed": round(pr.speed, 3), "unit": self.task.unit,

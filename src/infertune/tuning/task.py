@@ -38,6 +38,8 @@ class Task:
     kind = "base"
     unit = "items/s"
     baseline_eligible = False  # may the naive baseline itself win (when it is also a servable engine)?
+    # set by the search around a call (probe): the most seconds the task's worker call may take, or None
+    call_limit_s: float | None = None
 
     def __init__(self, cfg, console):
         self.cfg, self.console = cfg, console

@@ -109,7 +109,10 @@ class EmbeddingTask(Task):
     def _timed(self, worker, cand, cap_s: float) -> dict[str, Any]:
         """One capped pass over shuffled batches of the eval split (after a shorter capped warm-up)."""
         warm = 0 if cand.id in self.warmed else 1
-        got = worker.call("measure", timeout=max(120.0, 20 * cap_s), batching=cand.batching.model_dump(),
+        timeout = max(120.0, 20 * cap_s)
+        if self.call_limit_s is not None:  # the search's share of the budget for this call (tuning.search)
+            timeout = min(timeout, self.call_limit_s)
+        got = worker.call("measure", timeout=timeout, batching=cand.batching.model_dump(),
                           warmup=warm, warmup_max_s=self._warm_cap(cand, cap_s), match_warmup=True,
                           passes=1, max_s=cap_s, shuffle=self.cfg.seed)
         self.warmed.add(cand.id)
