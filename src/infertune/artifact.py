@@ -36,6 +36,8 @@ def write_manifest(path: Path, spec, candidate, result, saved: dict[str, Any]) -
             "batch_max_items": candidate.batching.max_items,
             "padded_tokens_per_s": win.measurement.padded_tokens_per_s if win.measurement else None,
             "accuracy": win.accuracy.model_dump(),
+            # the dimensions accuracy was judged on (tune --dimensions, Matryoshka); None: the full vector
+            "accuracy_dimensions": result.config.get("dimensions"),
             "slo_p99_ms": result.config.get("slo", {}).get("p99_ms"),
             "threads": result.environment.threads,
         },
