@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -127,3 +128,23 @@ def test_spec_reads_prompts_and_random_weights_from_a_config(tmp_path, monkeypat
     monkeypatch.setenv("INFERTUNE_CACHE", str(tmp_path / "cache2"))
     with pytest.raises(InfertuneError, match="no tokenizer"):
         embedding_spec(d / "config.json")
+
+
+@pytest.mark.parametrize("dims, want_ok", [(2, True), (None, False)])
+def test_tune_verifies_on_the_dimensions_asked_for(dims, want_ok):
+    """tune --dimensions N: a candidate is judged on the first N dimensions (what clients will request)."""
+    from rich.console import Console
+
+    from infertune.config import TuneConfig
+    from infertune.tasks.embedding.task import EmbeddingTask
+
+    task = EmbeddingTask(TuneConfig(dimensions=dims), Console(quiet=True), resolve_model("minilm"))
+    task.ref_vectors = np.array([[1.0, 0.0, 5.0, 5.0], [0.0, 1.0, -5.0, 5.0]], dtype=np.float32)
+    got = np.array([[1.0, 0.0, -5.0, 1.0], [0.0, 1.0, 5.0, -2.0]], dtype=np.float32)  # same first 2, not the rest
+
+    class Worker:
+        def call(self, *a, **k):
+            return got
+
+    acc, ok, _ = task.verify(Worker(), SimpleNamespace(batching=SimpleNamespace(model_dump=dict)))
+    assert ok is want_ok and (acc.cosine_min == pytest.approx(1.0) if dims else acc.cosine_min < 0.5)
