@@ -162,6 +162,7 @@ def _peers(task, cfg: TuneConfig, result: TuneResult, out: Path, console) -> Non
     from infertune.peers import table
 
     result.peers = [r.model_dump() for r in got]
+    result.search["peers_wall_s"] = round(time.perf_counter() - t0, 1)  # outside the tune's own wall_s
     console.print(f"peers ({time.perf_counter() - t0:.0f} s, same texts, rounds interleaved):\n{table(got)}",
                   markup=False, highlight=False)
 
