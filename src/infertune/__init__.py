@@ -21,7 +21,7 @@ from infertune.errors import InfertuneError
 
 __version__ = "0.1.0"
 __all__ = ["InfertuneError", "__version__", "tune", "serve", "bench", "validate", "plan", "doctor", "inspect_model",
-           "explain"]
+           "explain", "deploy"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from infertune.bench.runner import bench

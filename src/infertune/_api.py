@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     "doctor": ("infertune.doctor.checks:doctor", "infertune.doctor"),
     "plan": ("infertune.plan.planner:plan", "infertune.plan"),
     "validate": ("infertune.validate.runner:validate", "infertune.validate"),
+    "deploy": ("infertune.deploy.emit:deploy", "infertune.deploy"),
     "inspect_model": ("infertune.inspect:inspect_model", None),
     "explain": ("infertune.doctor.explain:explain", None),
 }

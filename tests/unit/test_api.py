@@ -131,3 +131,13 @@ def test_a_command_survives_copy_and_pickle_free_introspection():
 
     assert copy.deepcopy(infertune.bench) is infertune.bench
     assert pickle.loads(pickle.dumps(infertune.validate)) is infertune.validate
+
+
+def test_deploy_as_documented(tmp_path):
+    """infertune.deploy(DeployConfig(...)) writes and validates, like `infertune deploy`."""
+    import infertune.deploy.config  # the subpackage imported first must not shadow the function
+    from infertune.deploy.config import DeployConfig
+
+    r = infertune.deploy(DeployConfig(source="minilm", out=tmp_path, replicas=2))
+    assert r.workload.name == "minilm" and {f.path.split("/")[-1] for f in r.files} >= {"compose.yaml", "minilm.yaml"}
+    assert (tmp_path / "k8s" / "minilm.yaml").exists()
