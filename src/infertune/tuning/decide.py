@@ -77,8 +77,7 @@ def decide(task: Task, result: TuneResult, tie_margin: float, drift) -> None:
     result.achievable = {}
     lines = [task.describe_winner(win)]
     if fastest is not win:
-        why = (f"the simpler engine ({win.candidate.get('backend')})" if task.rank(win) < task.rank(fastest)
-               else "the lower latency")
+        why = task.simpler_because(win, fastest) if task.rank(win) < task.rank(fastest) else "the lower latency"
         lines.append(f"{fastest.name} measured {(task.speed(fastest) / task.speed(win) - 1) * 100:.1f}% faster, "
                      f"inside the {tie_margin:.0%} tie margin: {why} is chosen.")
     if base_speed:

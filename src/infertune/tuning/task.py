@@ -110,6 +110,10 @@ class Task:
         """Simplicity: at equal speed, the engine with fewer moving parts wins (lower is simpler)."""
         return 1
 
+    def simpler_because(self, win: CandidateResult, other: CandidateResult) -> str:
+        """Why `win` (lower rank) beat the faster `other` inside the tie margin, in words."""
+        return f"the simpler engine ({win.candidate.get('backend')})"
+
     def describe_winner(self, r: CandidateResult) -> str:
         return f"Winner: {r.name} at {self.speed(r):.1f} {self.unit}."
 

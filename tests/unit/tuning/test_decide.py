@@ -102,3 +102,21 @@ def test_within_the_margin_the_same_engine_with_the_lower_p99_wins():
     decide(res, TuneConfig(slo=SLO(p99_ms=100), tie_margin=0.10))
     assert res.winner.name == "eager-1024"
     assert any("lower latency" in line for line in res.decision)
+
+
+def test_inside_the_tie_margin_the_unquantized_candidate_wins():
+    """AMX box, session 8: openvino int8 PTQ 322.8 items/s (cos 0.99754) vs openvino bf16 311.3 (0.99999): tied
+    within 10%, so bf16 wins (no calibration, answers kept); outside the margin int8 still wins."""
+    def cand(name, ips, p99, cos, quant):
+        r = _r(name, ips, p99, cos)
+        r.candidate = {"backend": "openvino", "quant": quant}
+        return r
+
+    base = _r("st-naive/fp32/batch-32", 73, 900, 1.0)
+    res = _result([base, cand("ov/int8", 322.8, 84.8, 0.99754, "nncf-ptq"), cand("ov/bf16", 311.3, 90.3, 0.99999, None)])
+    decide(res, TuneConfig(slo=SLO(p99_ms=100)))
+    assert res.winner.name == "ov/bf16"
+    assert any("unquantized" in line and "0.99999 vs 0.99754" in line for line in res.decision), res.decision
+    res = _result([base, cand("ov/int8", 400.0, 84.8, 0.99754, "nncf-ptq"), cand("ov/bf16", 311.3, 90.3, 0.99999, None)])
+    decide(res, TuneConfig(slo=SLO(p99_ms=100)))
+    assert res.winner.name == "ov/int8"
