@@ -82,15 +82,6 @@ def _vectors(url: str, model: str | None, texts: list[str]) -> Any:
     return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
 
 
-def _model_name(url: str) -> str | None:
-    import httpx
-
-    try:
-        return httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"]
-    except Exception:  # noqa: BLE001 - the server then picks its own default
-        return None
-
-
 def compare(servers: dict[str, str], texts: list[str], *, concurrency: int = 16, duration: float = 10.0,
             warmup: float = 2.0, rounds: int = 3, inputs_per_request: int = 1, progress=None) -> list[PeerResult]:
     """Measure every server in `servers` (name -> base URL) on the same texts, interleaved by round."""
@@ -103,7 +94,7 @@ def compare(servers: dict[str, str], texts: list[str], *, concurrency: int = 16,
         raise InfertuneError("compare needs texts to send")
     say = progress or (lambda s: None)
     names = list(servers)
-    models = {n: _model_name(servers[n]) for n in names}
+    models: dict[str, str | None] = {}  # the model id bench sent (first of the server's /v1/models)
     results = {n: PeerResult(name=n, url=servers[n]) for n in names}
     with tempfile.TemporaryDirectory() as tmp:
         wl = Path(tmp) / "texts.jsonl"
@@ -114,10 +105,11 @@ def compare(servers: dict[str, str], texts: list[str], *, concurrency: int = 16,
                 if results[n].error:
                     continue
                 try:
-                    res = bench(BenchConfig(url=servers[n], api="embeddings", model=models[n], workload=wl,
+                    res = bench(BenchConfig(url=servers[n], api="embeddings", model=models.get(n), workload=wl,
                                             concurrency=[concurrency], duration=duration, warmup=warmup,
                                             inputs_per_request=inputs_per_request, metrics_url=""))
                     p = res.points[0]
+                    models[n] = res.target.get("model")
                 except Exception as e:  # noqa: BLE001 - a failing peer is recorded; the others go on
                     results[n].error = f"{type(e).__name__}: {e}"[:500]
                     say(f"{n}: failed: {results[n].error}")
@@ -141,7 +133,7 @@ def compare(servers: dict[str, str], texts: list[str], *, concurrency: int = 16,
         if res.error:
             continue
         try:
-            v = _vectors(servers[n], models[n], texts[:32])
+            v = _vectors(servers[n], models.get(n), texts[:32])
         except Exception as e:  # noqa: BLE001
             res.error = f"answers not read: {type(e).__name__}: {e}"[:500]
             continue
@@ -169,32 +161,6 @@ def table(results: list[PeerResult]) -> str:
     return "\n".join(lines)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait(url: str, proc, what: str, timeout_s: float) -> float:
-    import time
-
-    import httpx
-
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout_s:
-        if proc.poll() is not None:
-            raise InfertuneError(f"{what} exited with code {proc.returncode} before it was ready")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return time.monotonic() - t0
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise InfertuneError(f"{what} did not answer {url} within {timeout_s:.0f} s")
-
-
 def run_peers(peers: list[str], artifact: str | Path, model_dir: str | Path, texts: list[str], max_length: int,
               tokenizer, out: Path, device: str = "cpu", *, concurrency: int = 16, duration: float = 8.0,
               rounds: int = 3, console=None) -> list[PeerResult]:
@@ -202,11 +168,10 @@ def run_peers(peers: list[str], artifact: str | Path, model_dir: str | Path, tex
     in its own process, then compare() them on the workload's texts (those within the model's token limit,
     so no server truncates or refuses: the same work everywhere). Logs go to out/peers/*.log."""
     import shlex
-    import subprocess
-    import sys
     import time
 
     from infertune.llm.vllm_server import VLLMServer
+    from infertune.validate.target import Target, free_port
 
     say = (lambda s: console.print(s, highlight=False, markup=False)) if console else (lambda s: None)
     unknown = [p for p in peers if p not in PEERS]
@@ -216,27 +181,25 @@ def run_peers(peers: list[str], artifact: str | Path, model_dir: str | Path, tex
     texts = [t for t, n in zip(texts, lengths, strict=True) if n <= max_length]
     logs = out / "peers"
     logs.mkdir(parents=True, exist_ok=True)
-    started: dict[str, Any] = {}
+    started: list[Any] = []
     results_pre: dict[str, PeerResult] = {}
     try:
-        port = _free_port()
-        argv = [sys.executable, "-m", "infertune.cli.main", "serve", str(artifact), "--port", str(port),
-                "--drain-s", "0", "--device", device]
-        with open(logs / "infertune-serve.log", "wb") as f:
-            proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-        started["infertune serve"] = proc
-        t = _wait(f"http://127.0.0.1:{port}/ready", proc, "infertune serve", 600)
-        results_pre["infertune serve"] = PeerResult(name="infertune serve", url=f"http://127.0.0.1:{port}",
-                                                    command=shlex.join(argv), start_s=round(t, 1))
-        say(f"peers: infertune serve ready in {t:.0f} s")
+        t = time.monotonic()
+        ours = Target.start(str(artifact), ["--in-process", "--device", device], logs)  # log: peers/server.log
+        started.append(ours)
+        ours.wait_ready(600)
+        results_pre["infertune serve"] = PeerResult(name="infertune serve", url=ours.url,
+                                                    command=shlex.join(ours.proc.args),
+                                                    start_s=round(time.monotonic() - t, 1))
+        say(f"peers: infertune serve ready in {time.monotonic() - t:.0f} s")
         for p in peers:  # only vllm today
             name = "vLLM pooling runner"
             try:
-                vport = _free_port()
+                vport = free_port()
                 vargv, env = vllm_pooling_command(model_dir, vport, device=device)
                 t0 = time.monotonic()
                 srv = VLLMServer(vargv, env, "127.0.0.1", vport, logs / f"{p}.log")
-                started[name] = srv
+                started.append(srv)
                 srv.wait_healthy(900)
                 results_pre[name] = PeerResult(name=name, url=srv.url, command=shlex.join(vargv),
                                                start_s=round(time.monotonic() - t0, 1))
@@ -254,14 +217,8 @@ def run_peers(peers: list[str], artifact: str | Path, model_dir: str | Path, tex
             out_list.append(r)
         return out_list
     finally:
-        for s in started.values():
-            if isinstance(s, VLLMServer):
-                s.stop(grace_s=20)
+        for srv in started:  # both: SIGTERM, a grace period, then SIGKILL to the whole process group
+            if isinstance(srv, VLLMServer):
+                srv.stop(grace_s=20)
             else:
-                import signal
-
-                try:
-                    os.killpg(s.pid, signal.SIGTERM)
-                    s.wait(30)
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    os.killpg(s.pid, signal.SIGKILL)
+                srv.stop(30)
