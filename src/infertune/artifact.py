@@ -100,16 +100,10 @@ def load_model(path_or_name: str | Path, device: str = "cpu", pooling: str | Non
 
     ref = resolve_model(path_or_name)
     if ref.format == "artifact":
-        emb = load_embedder(ref.path, device)
-        if prompts or default_prompt_name:
-            import dataclasses
+        from infertune.models.embedding import with_prompts
 
-            merged = {**emb.spec.prompts, **(prompts or {})}
-            default = default_prompt_name or emb.spec.default_prompt_name
-            if default is not None and default not in merged:
-                raise InfertuneError(f"default prompt {default!r} is not among the prompts "
-                                     f"({', '.join(sorted(merged)) or 'none'})")
-            emb.spec = dataclasses.replace(emb.spec, prompts=merged, default_prompt_name=default)
+        emb = load_embedder(ref.path, device)
+        emb.spec = with_prompts(emb.spec, prompts, default_prompt_name)
         return emb
     from infertune.backends.torch_eager import TorchEager
     from infertune.models.embedding import embedding_spec

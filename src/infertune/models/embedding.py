@@ -125,17 +125,27 @@ def embedding_spec(model: str | Path | ModelRef, pooling: str | None = None, tas
         if sbert.exists():
             max_len = min(max_len, int(_read_json(sbert).get("max_seq_length", max_len)))
     found, default = _prompts(ref.path)
-    found.update(prompts or {})
-    default = default_prompt_name if default_prompt_name is not None else default
-    if default is not None and default not in found:
-        raise InfertuneError(f"default prompt {default!r} is not among the model's prompts "
-                             f"({', '.join(sorted(found)) or 'none'}); add it with a prompt of that name")
     dim = int(cfg.get("hidden_size", 0))
-    return EmbeddingSpec(
+    spec = EmbeddingSpec(
         name=ref.name, path=str(path), pooling=pooling or pool, normalize=normalize,
         max_length=max_len, dim=dim, source_format=ref.format, arch=kind.arch, prompts=found,
         default_prompt_name=default, random_weights=random_weights,
     )
+    return with_prompts(spec, prompts, default_prompt_name)
+
+
+def with_prompts(spec: EmbeddingSpec, prompts: dict[str, str] | None = None,
+                 default_prompt_name: str | None = None) -> EmbeddingSpec:
+    """`spec` with `prompts` added (a name given again is replaced) and, if given, a new default prompt; a
+    default that names no prompt is an InfertuneError. Used for a model's files and for an artifact alike."""
+    import dataclasses
+
+    merged = {**spec.prompts, **(prompts or {})}
+    default = default_prompt_name if default_prompt_name is not None else spec.default_prompt_name
+    if default is not None and default not in merged:
+        raise InfertuneError(f"default prompt {default!r} is not among the model's prompts "
+                             f"({', '.join(sorted(merged)) or 'none'}); add it with a prompt of that name")
+    return dataclasses.replace(spec, prompts=merged, default_prompt_name=default)
 
 
 def load_tokenizer(spec: EmbeddingSpec):
