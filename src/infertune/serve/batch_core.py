@@ -153,13 +153,7 @@ class BatchCore:
                 failed[idx] = True
                 err = (500, f"the batch holding this request failed: {type(e).__name__}: {e}", "server_error", None)
                 continue
-            real = int(lens[idx].sum())
-            ptok = batch["input_ids"].size
-            self.m.batch_items.observe(len(idx))
-            self.m.batch_tokens.observe(ptok)
-            self.m.padding.observe(ptok / max(1, real))
-            self.m.items.inc(len(idx))
-            self.m.tokens.inc(real)
+            self.m.observe_batch(len(idx), batch["input_ids"].size, int(lens[idx].sum()))
             self.batches += 1
             if self.batches % 32 == 0 and len(self.timings) >= 4:
                 self.cost = fit_line(self.timings)

@@ -292,13 +292,7 @@ class Engine:
                     self._finish(j, error=err)
                 continue
             self.m.stage_seconds.labels("forward").observe(time.perf_counter() - t0)
-            real = sum(len(it.ids) for it in items)
-            padded = batch["input_ids"].size
-            self.m.batch_items.observe(len(items))
-            self.m.batch_tokens.observe(padded)
-            self.m.padding.observe(padded / max(1, real))
-            self.m.items.inc(len(items))
-            self.m.tokens.inc(real)
+            self.m.observe_batch(len(items), batch["input_ids"].size, sum(len(it.ids) for it in items))
             self.batches += 1
             self.items += len(items)
             self._post_q.put((items, pooled))

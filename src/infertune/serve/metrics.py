@@ -75,6 +75,14 @@ class Metrics:
         except Exception:  # noqa: BLE001
             pass
 
+    def observe_batch(self, items: int, padded: int, real: int) -> None:
+        """One forward pass done: its size, padded tokens and padding ratio; items and real tokens counted."""
+        self.batch_items.observe(items)
+        self.batch_tokens.observe(padded)
+        self.padding.observe(padded / max(1, real))
+        self.items.inc(items)
+        self.tokens.inc(real)
+
     def watch_worker(self, pid: Callable[[], int | None]) -> None:
         def rss() -> float:
             import psutil
