@@ -119,11 +119,11 @@ def _compare(url, compare, api, workload, concurrency, duration, warmup, rounds,
     conc = _nums(concurrency, int, "--concurrency") or [16]
     if len(conc) != 1:
         raise InfertuneError("--compare takes one --concurrency")
-    servers = {"first": url}
-    for i, item in enumerate(compare):
+    servers = {url: url}  # the first server is named by its URL; the others NAME=URL, or "server N"
+    for i, item in enumerate(compare, start=2):
         name, sep, u = item.partition("=")
-        servers[name if sep and not name.startswith("http") else f"server {i + 2}"] = u if sep and not name.startswith("http") else item
-    servers = {(url if k == "first" else k): v for k, v in servers.items()}
+        named = bool(sep) and not name.startswith("http")
+        servers[name if named else f"server {i}"] = u if named else item
     con = console(stderr=True)
     got = run_compare(servers, load_workload(str(workload) if workload else None).items, concurrency=conc[0],
                       duration=duration, warmup=warmup, rounds=rounds, inputs_per_request=per_request,
