@@ -1,17 +1,29 @@
 #!/usr/bin/env bash
-# NOT YET RUN: written in session 8, which had no device time left. Issue 14's H200 point through the product's
-# own commands: a random-weight Qwen3-Embedding-0.6B shape (config + Qwen3 tokenizer + its query prompt, carried in
-# .gpu/qwen3-embedding) -> tune --device cuda --quick on mixed-length texts up to 512 tokens -> serve the artifact
-# -> bench at concurrency 64 on the same texts -> the forward-only ceiling on the same texts (target: served >= 70%).
+# Issue 14's H200 point through the product's own commands: a random-weight Qwen3-Embedding-0.6B shape (config +
+# Qwen3 tokenizer + its query prompt, carried in .gpu/qwen3-embedding) -> tune --device cuda --quick on mixed-length
+# texts up to 512 tokens -> serve the artifact -> bench at concurrency 64 on the same texts -> the forward-only
+# ceiling on the same texts (target: served >= 70%).
 # Run: device tool, carry [".whl", ".gpu"], command `bash scripts/gpu/embed_h200.sh`.
+# Dry run here: DEVICE=cpu MODEL=/tmp/tinyq SECONDS_PER_POINT=4 bash scripts/gpu/embed_h200.sh (a tiny Qwen3 config)
+# Session 9's first run found: the naive baseline mean-pooled the decoder (cos 0.925), the compile probe ate the
+# budget before eager fp16 started, and the device's own typer did not know bench's --duration (typer/click are now
+# carried in .whl).
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/site/bin:$PATH HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+DEV=${DEVICE:-cuda}; S=${SECONDS_PER_POINT:-15}
+if [ "$DEV" = cuda ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/site/bin:$PATH
+  PY=python3
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
+else
+  PY=${PY:-.venv/bin/python}
+fi
+export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-I="python3 -m infertune.cli.main"; M=/tmp/Qwen3-Embedding-0.6B; S=${SECONDS_PER_POINT:-15}
-rm -rf $M && cp -r .gpu/qwen3-embedding $M
-nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader; nproc
-python3 - "$M" <<'PY'
+I="$PY -m infertune.cli.main"; M=/tmp/embed_model; TUNE=/tmp/embed_tune
+rm -rf $M $TUNE /tmp/b64_* && cp -r "${MODEL:-.gpu/qwen3-embedding}" $M
+nproc; $PY -c "import typer, click, torch, transformers; print('typer', typer.__version__, 'click', click.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
+$PY - "$M" <<'PY'
 import json, sys
 from transformers import AutoTokenizer
 from infertune.workload import load_workload
@@ -20,23 +32,30 @@ keep = [t for t in items if len(tok(t)["input_ids"]) <= 512]
 open("/tmp/texts512.jsonl", "w").write("".join(json.dumps({"input": t}) + "\n" for t in keep))
 print(f"{len(keep)} of {len(items)} sample texts are <= 512 tokens")
 PY
-/usr/bin/time -f "tune wall %e s" $I tune $M --device cuda --quick --workload /tmp/texts512.jsonl --out /tmp/tq --json > "$OUT/tune.json"
+/usr/bin/time -f "tune wall %e s" $I tune $M --device $DEV --quick --workload /tmp/texts512.jsonl --out $TUNE --json > "$OUT/tune.json"
 echo "tune exit $?"
-$I serve /tmp/tq/artifact --device cuda --port 8000 --max-queue 4096 2> "$OUT/serve.log" &
-SRV=$!
-for _ in $(seq 1 300); do curl -sf localhost:8000/ready > /dev/null && break; sleep 1; done
-$I bench http://127.0.0.1:8000 --workload /tmp/texts512.jsonl --concurrency 64 --workers 4 --duration $S --warmup 3 --out /tmp/b64 2>&1 | tail -3
-cp /tmp/b64/bench.json "$OUT/bench_c64.json"
-kill -TERM $SRV; wait $SRV; echo "serve exit $?"
-$I serve /tmp/tq/artifact --device cuda --ceiling --workload /tmp/texts512.jsonl --json > "$OUT/ceiling.json"
-python3 - "$OUT" <<'PY'
+[ -d $TUNE/artifact ] || { echo "no artifact: stopping"; exit 1; }
+[ "$DEV" = cuda ] && { $PY -m pytest -q -p no:cacheprovider tests/gpu/test_cuda_graphs.py -s 2>&1 | tail -3; }
+# CUDA graphs off and on (auto), side by side in this run: served c=64 and the forward-only ceiling for each
+for G in ${GRAPHS:-off auto}; do
+  $I serve $TUNE/artifact --device $DEV --port 8000 --max-queue 4096 --cuda-graphs $G 2> "$OUT/serve_$G.log" &
+  SRV=$!
+  for _ in $(seq 1 300); do curl -sf localhost:8000/ready > /dev/null && break; sleep 1; done
+  $I bench http://127.0.0.1:8000 --workload /tmp/texts512.jsonl --concurrency 64 --workers 4 --duration $S --warmup 5 --out /tmp/b64_$G 2>&1 | tail -2
+  cp /tmp/b64_$G/bench.json "$OUT/bench_c64_$G.json"
+  kill -TERM $SRV; wait $SRV; echo "serve ($G) exit $?"; grep -h "engine" "$OUT/serve_$G.log" | tail -3
+  $I serve $TUNE/artifact --device $DEV --ceiling --workload /tmp/texts512.jsonl --cuda-graphs $G --json > "$OUT/ceiling_$G.json"
+done
+$PY - "$OUT" ${GRAPHS:-off auto} <<'PY'
 import json, sys
-out = sys.argv[1]
-t = json.load(open(f"{out}/tune.json")); w = t.get("winner") or {}
-c = json.load(open(f"{out}/ceiling.json")); p = json.load(open(f"{out}/bench_c64.json"))["points"][0]
-print(f"\ntune winner {w.get('name')}: {w.get('items_per_s')} items/s in tune, wall {t.get('wall_s')} s")
-print("| point | items/s | P50 ms | P99 ms | valid | vs ceiling |\n|---|---:|---:|---:|---|---:|")
-print(f"| serve c=64 | {p['achieved_rps']:,.0f} | {p['latency_ms']['p50']} | {p['latency_ms']['p99']} | {p['valid']} | "
-      f"{p['achieved_rps'] / c['items_per_s']:.0%} |")
-print(f"| ceiling | {c['items_per_s']:,.0f} (n={c['n']}, {c['min']:,.0f}-{c['max']:,.0f}) | | | | 100% |")
+out, modes = sys.argv[1], sys.argv[2:]
+t = json.load(open(f"{out}/tune.json")); w = t.get("winner") or {}; b = t.get("baseline") or {}
+print(f"\ntune winner {w.get('name')}: {w.get('items_per_s')} items/s in tune, naive {b.get('items_per_s')} "
+      f"(cos {(b.get('accuracy') or {}).get('cosine_mean')}), wall {t.get('wall_s')} s")
+print("| CUDA graphs | served c=64 items/s | P50 ms | P99 ms | valid | ceiling items/s (n, range) | served / ceiling |")
+print("|---|---:|---:|---:|---|---:|---:|")
+for g in modes:
+    c = json.load(open(f"{out}/ceiling_{g}.json")); p = json.load(open(f"{out}/bench_c64_{g}.json"))["points"][0]
+    print(f"| {g} | {p['achieved_rps']:,.0f} | {p['latency_ms']['p50']} | {p['latency_ms']['p99']} | {p['valid']} | "
+          f"{c['items_per_s']:,.0f} (n={c['n']}, {c['min']:,.0f}-{c['max']:,.0f}) | {p['achieved_rps'] / c['items_per_s']:.0%} |")
 PY

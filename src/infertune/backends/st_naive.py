@@ -72,6 +72,36 @@ class STEmbedder(Embedder):
                 "threads": torch.get_num_threads()}
 
 
+# the baseline is fp32 whatever the config's dtype says (sentence-transformers >= 5 loads a bf16 config as bf16);
+# transformers >= 4.56 reads `dtype`, older ones `torch_dtype` (and ignore the other)
+FP32 = {"dtype": "float32", "torch_dtype": "float32"}
+
+# our pooling names -> sentence-transformers' Pooling modes
+ST_POOLING = {"mean": "mean", "cls": "cls", "max": "max", "last": "lasttoken", "mean_sqrt_len": "mean_sqrt_len_tokens"}
+
+
+def _modules(spec: EmbeddingSpec) -> list:
+    """Transformer -> Pooling (-> Normalize) for a directory with no modules.json, e.g. a decoder published as
+    a causal LM (Qwen3-Embedding's plain HF form): last-token pooling and normalisation, as the spec resolved
+    them, so the naive baseline computes the same embedding as the reference, only the naive way."""
+    from sentence_transformers import models
+
+    import inspect
+
+    kw: dict[str, Any] = {}
+    if "modality_config" in inspect.signature(models.Transformer.__init__).parameters:
+        # sentence-transformers >= 6 renders text through a decoder's chat template ("message" modality),
+        # which wraps every text in a system prompt: pin plain text, as the reference tokenizes it
+        kw = {"modality_config": {"text": {"method": "forward", "method_output_name": "last_hidden_state"}},
+              "module_output_name": "token_embeddings"}
+    body = models.Transformer(spec.path, max_seq_length=spec.max_length, model_kwargs=FP32, **kw)
+    tok = body.tokenizer
+    if tok.pad_token is None:  # decoders often ship without one (SmolLM2, Llama); padding is masked anyway
+        tok.pad_token = tok.eos_token
+    mods = [body, models.Pooling(body.get_word_embedding_dimension(), pooling_mode=ST_POOLING[spec.pooling])]
+    return mods + ([models.Normalize()] if spec.normalize else [])
+
+
 class SentenceTransformerNaive(Backend):
     name = "st-naive"
 
@@ -84,7 +114,10 @@ class SentenceTransformerNaive(Backend):
                 calibration: Sequence[str] = ()) -> Embedder:
         from sentence_transformers import SentenceTransformer
 
-        # a plain HF encoder directory is wrapped by ST with mean pooling, the same as our default
-        st = SentenceTransformer(spec.path, device=device)
+        if (Path(spec.path) / "modules.json").exists():  # a sentence-transformers directory: its own modules
+            st = SentenceTransformer(spec.path, device=device, model_kwargs=FP32)
+        else:  # a plain HF directory: ST would default to mean pooling; build what the spec says instead
+            st = SentenceTransformer(modules=_modules(spec), device=device)
+        st.float()  # the weights are loaded in fp32 (FP32); this also covers any buffer left in another dtype
         st.max_seq_length = spec.max_length
         return STEmbedder(spec, st, candidate.batching.size, device)

@@ -79,6 +79,7 @@ def serve_cmd(
     ceiling: Annotated[bool, typer.Option("--ceiling", help="do not serve: measure the forward-only ceiling (items/s with nothing but the model running, batches packed as the server packs them) on --workload's texts, print it and exit; compare with `infertune bench` against the server")] = False,
     workload: Annotated[str | None, typer.Option(help="with --ceiling: JSONL/text of inputs (default: the embedded sample)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the ServeResult as JSON to stdout on exit")] = False,
+    cuda_graphs: Annotated[str, typer.Option(help="auto|on|off: on a GPU, replay each bucketed batch shape of a PyTorch engine as a CUDA graph, checked once against the eager forward (auto: wherever it can run; off: eager, one Python call per kernel)")] = "auto",
     task: Annotated[str | None, typer.Option(help="embed: serve a causal-LM checkpoint (*ForCausalLM) as an embedder, e.g. a decoder embedder without modules.json (default: decided from the model's files)")] = None,
     pooling: Annotated[str | None, typer.Option(help="override the model's pooling: mean|cls|max|last|mean_sqrt_len")] = None,
     prompt: Annotated[list[str] | None, typer.Option(help="NAME=TEXT: an instruction prompt a request picks with \"prompt_name\": NAME (repeatable; adds to the model's config_sentence_transformers.json prompts)")] = None,
@@ -93,13 +94,15 @@ def serve_cmd(
 
     if device not in (None, "cpu", "cuda"):
         raise InfertuneError(f"--device must be cpu or cuda, not {device!r}")
+    if cuda_graphs not in ("auto", "on", "off"):
+        raise InfertuneError(f"--cuda-graphs must be auto, on or off, not {cuda_graphs!r}")
     if ceiling:
         from infertune.serve.ceiling import forward_ceiling
         from infertune.workload import load_workload
 
         texts = load_workload(workload).items if workload else None
         c = forward_ceiling(model, device, texts, batch_tokens=batch_tokens, max_batch_items=max_batch_items,
-                            progress=lambda m: typer.echo(m, err=True))
+                            progress=lambda m: typer.echo(m, err=True), cuda_graphs=cuda_graphs)
         typer.echo(f"forward-only ceiling of {model} on {c['device']}: {c['items_per_s']:,.1f} items/s (median of "
                    f"n={c['n']} rounds, range {c['min']:,.1f}-{c['max']:,.1f}); {c['texts']} texts, "
                    f"{c['tokens_per_item_mean']} tokens each on average, {c['batches']} batches of "
@@ -117,6 +120,7 @@ def serve_cmd(
         log_level=log_level, worker_process=worker_process, worker_timeout_s=worker_timeout_s, drain_s=drain_s,
         frontends=frontends, devices=[d.strip() for d in devices.split(",") if d.strip()] if devices else None,
         task=task, pooling=pooling, prompts=parse_prompts(prompt), default_prompt_name=default_prompt_name,
+        cuda_graphs=cuda_graphs,
     )
     result = serve(cfg)
     typer.echo(f"stopped after {result.uptime_s} s: {result.items} items in {result.batches} batches; "

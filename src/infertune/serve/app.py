@@ -60,6 +60,10 @@ def _load(st: State) -> None:
             from infertune.artifact import load_model
 
             emb = load_model(st.cfg.model, st.settings.device, **st.cfg.load_options())
+            if st.settings.device == "cuda":
+                from infertune.backends.cuda_graphs import with_graphs
+
+                emb, _ = with_graphs(emb, st.settings.cuda_graphs)
         tok = emb.tokenizer
         st.vocab_size = len(tok) if hasattr(tok, "__len__") else int(getattr(tok, "vocab_size", 2**31 - 1))
         marker = os.environ.get(FAULT_ENV)

@@ -28,21 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from infertune.batching import fit_line, plan_batches, plan_by_cost
+from infertune.batching import bucket_rows, fit_line, plan_batches, plan_by_cost
 from infertune.config import Batching
 
 log = logging.getLogger("infertune.serve")
 PAD_MULTIPLE = 8
-
-
-def bucket_rows(n: int) -> int:
-    """Batch rows rounded up to one of few sizes (<= 12.5% filler above 64 rows, <= 8 rows below)."""
-    if n <= 8:
-        return n
-    if n <= 64:
-        return -(-n // 8) * 8
-    step = 1 << max(3, (n - 1).bit_length() - 4)
-    return -(-n // step) * step
 
 
 class Chunk:

@@ -17,7 +17,8 @@ from typing import Any
 
 def forward_ceiling(model: str, device: str | None = None, texts: list[str] | None = None, *,
                     seconds: float = 3.0, rounds: int = 5, batch_tokens: int | None = None,
-                    max_batch_items: int | None = None, progress: Any = None) -> dict[str, Any]:
+                    max_batch_items: int | None = None, progress: Any = None,
+                    cuda_graphs: str = "auto") -> dict[str, Any]:
     """Measure the ceiling; returns items/s (median, min, max, n rounds) and how batches were formed."""
     from infertune.artifact import load_model, read_manifest
     from infertune.batching import pad_length, plan_batches
@@ -35,6 +36,11 @@ def forward_ceiling(model: str, device: str | None = None, texts: list[str] | No
 
         texts = load_workload(None).items
     emb = load_model(model, settings.device)
+    engine = "as loaded"
+    if settings.device == "cuda":  # the server's engine: the same CUDA-graph wrapping as `serve`
+        from infertune.backends.cuda_graphs import with_graphs
+
+        emb, engine = with_graphs(emb, cuda_graphs)
     ids = sorted(emb.token_ids(texts), key=len)
     lengths = [-(-len(x) // PAD_MULTIPLE) * PAD_MULTIPLE for x in ids]
     # the server's two budgets: the tuned one, and the grown one it packs under load
@@ -72,5 +78,5 @@ def forward_ceiling(model: str, device: str | None = None, texts: list[str] | No
             "min": round(min(rates), 1), "max": round(max(rates), 1), "n": rounds,
             "texts": len(ids), "batches": len(sizes), "items_per_batch_mean": round(sum(sizes) / len(sizes), 1),
             "tokens_per_item_mean": round(sum(len(x) for x in ids) / len(ids), 1),
-            "budget_tokens": best, "max_items": settings.max_batch_items,
+            "budget_tokens": best, "max_items": settings.max_batch_items, "engine": engine,
             "by_budget": {str(k): round(statistics.median(v), 1) for k, v in per_round.items()}}

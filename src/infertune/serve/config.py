@@ -63,6 +63,9 @@ class ServeConfig(BaseModel):
         ".json; a request picks one with the non-OpenAI field 'prompt_name' (as TEI does)"))
     default_prompt_name: str | None = Field(None, description=(
         "the prompt applied when a request names none (default: the model's own default_prompt_name, else none)"))
+    cuda_graphs: Literal["auto", "on", "off"] = Field("auto", description=(
+        "on a GPU, capture each bucketed batch shape of a PyTorch engine as a CUDA graph (checked against the "
+        "eager forward) and replay it: auto = wherever it can (PyTorch eager, float weights, SDPA attention)"))
     log_level: str = "warning"
     worker_process: bool = False  # run the model in a supervised child process, restarted when it dies
     worker_timeout_s: Seconds = Field(60.0, gt=0, description="a forward pass the worker does not answer within "
@@ -85,6 +88,7 @@ class Settings(BaseModel):
     tokenize_workers: int
     threads: int | None
     device: str
+    cuda_graphs: str = "auto"
     sources: dict[str, Source] = {}
 
 
@@ -139,5 +143,6 @@ def resolve_settings(cfg: ServeConfig, manifest: dict[str, Any] | None) -> Setti
         # 2-core box, c=32, 3 interleaved rounds: 166/161/149 items/s vs 131/138/109 with 1 thread)
         threads=pick("threads", cfg.threads, None, None),
         device=device,
+        cuda_graphs=cfg.cuda_graphs,
         sources=sources,
     )

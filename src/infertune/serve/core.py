@@ -57,6 +57,11 @@ def engine_main(conn: Any, index: int, model: str, device: str, threads: int | N
         from infertune.artifact import load_model
 
         emb = load_model(model, device, **(load_opts or {}))
+        if device == "cuda":
+            from infertune.backends.cuda_graphs import with_graphs
+
+            emb, graphs = with_graphs(emb, settings.get("cuda_graphs", "auto"))
+            print(f"engine {index}: {graphs}", file=sys.stderr, flush=True)
         metrics = Metrics()
         if restarts:
             metrics.worker_restarts.inc()
@@ -146,6 +151,8 @@ def _serve_loop(conn: Any, ctx: Any, pull: Any, emb: Any, settings: Any, metrics
     core = BatchCore(emb, settings, metrics, pull, send, seed)
     metrics.watch_queue("batch", lambda: float(sum(len(c.lens) for c in list(core.pending))))
     core.loop(stop)
+    if getattr(emb, "stats", None):  # CUDA graphs: how many shapes were captured and how batches ran
+        print(f"engine: {core.batches} batches; CUDA graphs {emb.stats}", file=sys.stderr, flush=True)
     for s in socks.values():
         s.close()
     pull.close()

@@ -165,9 +165,13 @@ def try_option(run: Run, o: Option) -> None:
         run.record(c, status="skipped", reason=missing, why_tried=o.why)
         run.console.print(f"  [yellow]skip[/] {c.id}: {missing}", highlight=False)
         return
-    if o.role == "candidate" and run.budget.stage_left("probe") < PROBE_MIN_S:
+    # an option with a long first run (a compile, graph capture: its probe_s) needs half of it left of the probe
+    # share, or it would eat the next stages' time for a probe that may not finish
+    need = max(PROBE_MIN_S, (o.probe_s or 0.0) / 2)
+    if o.role == "candidate" and run.budget.stage_left("probe") < need:
         why = (f"time budget: {run.budget.total_s:.0f} s in all (--time-budget), "
-               f"{run.budget.elapsed():.0f} s used before this candidate could start")
+               f"{run.budget.elapsed():.0f} s used before this candidate could start"
+               + (f" (its first run needs ~{o.probe_s:.0f} s)" if need > PROBE_MIN_S else ""))
         run.record(c, status="skipped", reason=why, why_tried=o.why)
         run.console.print(f"  [yellow]skip[/] {c.id}: {why}", highlight=False)
         return

@@ -91,3 +91,19 @@ def test_served_equals_the_reference_and_applies_prompts(reference):
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "prompt_name", bad.text
     finally:
         srv.stop()
+
+
+def test_the_naive_baseline_pools_the_decoder_as_the_spec_says(reference, tmp_path):
+    """A decoder directory has no modules.json, where sentence-transformers would mean-pool: the naive baseline
+    (what tune's 'x naive' divides by) must compute the same last-token embedding, or tune reports it as
+    failing the accuracy budget (cos 0.925 on the H200 before)."""
+    from infertune.backends.st_naive import SentenceTransformerNaive
+    from infertune.models.embedding import embedding_spec
+    from infertune.tasks.embedding.candidates import BASELINE
+
+    spec = embedding_spec(SMOL, task="embed")
+    naive = SentenceTransformerNaive.prepare(spec, BASELINE, "cpu", tmp_path)
+    got = naive.embed(TEXTS)
+    c = cos_rows(got, reference(TEXTS))
+    print(f"st-naive on SmolLM2 vs hand-computed: min cos {c.min():.7f} (n={len(TEXTS)})", file=sys.stderr)
+    assert c.min() >= 0.99999

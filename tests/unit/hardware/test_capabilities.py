@@ -103,3 +103,17 @@ def test_causal_lm_candidates_follow_the_cpu_and_gpu():
 def test_cpu_model_is_plain_data():
     c = CPU(model="x", flags=frozenset({"avx2", "fma"}), cores=2)
     assert c.avx2 and not c.avx512 and c.isa().startswith("AVX2")
+
+
+def test_gpu_embedding_search_tries_eager_half_precision_before_a_compile():
+    """A compile per padded shape is the costly option: with a 0.6B decoder on the H200 it outlasted its probe
+    call and the time budget skipped eager fp16/bf16. The cheap ones come first (the driver sorts by prior)."""
+    from infertune.tasks.embedding.candidates import options
+
+    h200 = caps(AMX, "cuda", GPU(name="H200", capability=(9, 0)))
+    opts = sorted((o for o in options(h200, quick=True) if o.role == "candidate" and needs(h200, o.needs) is None),
+                  key=lambda o: -o.prior)
+    ids = [o.candidate.id for o in opts]
+    first_compile = next(i for i, o in enumerate(opts) if o.candidate.backend == "torch-compile")
+    assert ids.index("torch-eager/fp16/tokens-16384") < first_compile
+    assert ids.index("torch-eager/bf16/tokens-16384") < first_compile

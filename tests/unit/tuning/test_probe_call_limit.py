@@ -41,3 +41,18 @@ def test_probe_call_limit_follows_the_probe_share():
     run.probe(o)
     assert task.seen[-1] == search.PROBE_CALL_FLOOR_S == 60.0
     assert SHARES["probe"] * 150.0 - 80.0 + 15.0 < 60.0
+
+
+def test_an_option_with_a_long_first_run_is_not_started_late():
+    """A compile-type option (probe_s) starts only with half its first-run time left of the probe share; a plain
+    option still starts with PROBE_MIN_S left. Both skips say why."""
+    c = Candidate(backend="torch-compile")
+    run, task, _ = _run(100.0, 55.0 - 20.0)  # 20 s left of the probe share (55 s)
+    slow = Option(c, "compiled", 1.0, probe_s=60.0)
+    search.try_option(run, slow)
+    r = run.results[c.id]
+    assert r.status == "skipped" and "~60 s" in r.reason
+    run, task, _ = _run(100.0, 55.0 - 5.0)  # 5 s left: below PROBE_MIN_S, a plain option is skipped too
+    plain = Option(Candidate(backend="fake", precision="fp16"), "plain", 1.0)
+    search.try_option(run, plain)
+    assert run.results[plain.candidate.id].status == "skipped"

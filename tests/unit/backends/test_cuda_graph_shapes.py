@@ -1,0 +1,61 @@
+"""What a CUDA graph records, run eagerly on the CPU: a batch at its bucketed shape (filler rows, masked extra
+columns) with the 4D mask built from the 2D one (causal for a decoder) gives the same vectors as the plain
+forward. The capture itself needs a GPU (tests/gpu/test_cuda_graphs.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from infertune.backends.cuda_graphs import bucket_width, why_not
+
+ROOT = Path(__file__).resolve().parents[3]
+TEXTS = ["hi", "What is the capital of France?", "ok",
+         "The quarterly report shows revenue growth of four percent, driven mostly by cloud services in Europe.",
+         "Transformers use attention to mix information across positions in a sequence.", "a b c d e f g", "x"]
+
+
+def test_bucket_width_bounds():
+    for w in range(1, 600):
+        b = bucket_width(w, 512)
+        assert b >= min(w, 512) and b <= 512 and (b - w) / w <= max(0.125, 7 / w)
+    assert len({bucket_width(w, 512) for w in range(1, 513)}) <= 40
+
+
+def _graphed(model: str, **kw):
+    from infertune.artifact import load_model
+    from infertune.backends.cuda_graphs import GraphedEmbedder
+
+    return GraphedEmbedder(load_model(model, "cpu", **kw))
+
+
+@pytest.mark.parametrize("model,kw", [
+    ("minilm", {}),
+    (str(ROOT / ".cache" / "smollm2_hf"), {"task": "embed"}),
+])
+def test_bucketed_4d_masked_forward_equals_the_plain_forward(model, kw):
+    import torch
+
+    if "smollm2" in model and not Path(model, "config.json").exists():
+        pytest.skip("SmolLM2 HF directory not converted (make vllm-env)")
+    g = _graphed(model, **kw)
+    ids = g.token_ids(TEXTS)
+    batch = g.collate(ids)
+    want = g.postprocess(super(type(g), g).forward(batch))  # TorchEmbedder.forward: transformers' own mask
+    big_ids, big_mask = g.padded(batch)
+    assert big_ids.shape[0] >= len(TEXTS) and big_ids.shape[1] >= batch["input_ids"].shape[1]
+    assert big_mask[len(TEXTS):, 0].all()  # filler rows attend one token: no NaN
+    with torch.inference_mode():
+        got = g._run(torch.from_numpy(big_ids), torch.from_numpy(big_mask)).numpy()[: len(TEXTS)]
+    got = g.postprocess(got)
+    cos = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+    assert cos.min() >= 0.99999, cos
+
+
+def test_why_not_names_the_reason():
+    from infertune.artifact import load_model
+
+    assert "CUDA device" in why_not(load_model("minilm", "cpu"))
+    assert "engine" in why_not(object())
