@@ -84,9 +84,9 @@ def _modules(spec: EmbeddingSpec) -> list:
     """Transformer -> Pooling (-> Normalize) for a directory with no modules.json, e.g. a decoder published as
     a causal LM (Qwen3-Embedding's plain HF form): last-token pooling and normalisation, as the spec resolved
     them, so the naive baseline computes the same embedding as the reference, only the naive way."""
-    from sentence_transformers import models
-
     import inspect
+
+    from sentence_transformers import models
 
     kw: dict[str, Any] = {}
     if "modality_config" in inspect.signature(models.Transformer.__init__).parameters:
