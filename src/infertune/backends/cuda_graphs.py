@@ -8,13 +8,18 @@ concurrency 64 against 1,698). Measured here on a 2-core CPU, the same 28-layer 
 nothing but dispatch) costs 24 ms per call.
 
 How (all standard PyTorch, torch.cuda.CUDAGraph):
-- shapes: rows rounded as the engine already rounds them (`bucket_rows`), widths to `bucket_width`; a filler row
-  attends one pad token and its output is dropped; extra columns are masked out.
+- shapes: rows and widths rounded up to coarse buckets (`graph_rows`, `bucket_width`: <= 25% filler, ~13 widths
+  to 512 tokens), since every shape costs a capture; the engine plans its batches at those widths
+  (`pad_width`). A filler row attends one pad token and its output is dropped; extra columns are masked out.
+- before serving, the usual shapes (<= 64 rows, <= the batch token budget) are captured, smallest first, within
+  a time cap (`precapture`); any other shape up to `max_tokens` is captured on first sight, and bigger batches run
+  eagerly (the GPU, not the launches, bounds them).
 - the attention mask is built inside the graph from the 2D padding mask as a 4D boolean mask (causal for a
   decoder), which transformers passes to SDPA as is: no host sync in the forward, so it can be captured.
 - every graph shares one memory pool (one engine thread replays one graph at a time; each result is copied out
   before the next replay).
-- each shape is checked once, at capture, against the eager forward on the same batch (cosine of every row);
+- each shape is checked once, at capture, against the eager forward of the same rows (the warm-up run that
+  precedes the capture; cosine of every row);
   a shape that does not capture or does not match runs eagerly from then on, and the first one that does not
   match turns graphs off with a log line. Nothing is answered from an unchecked graph.
 """
@@ -27,17 +32,37 @@ from typing import Any
 import numpy as np
 
 from infertune.backends.torch_eager import TorchEmbedder
-from infertune.batching import bucket_rows
 from infertune.models.embedding import pool
 
 log = logging.getLogger("infertune.serve")
 MIN_COSINE = 0.9999  # a captured shape must give the eager forward's vectors (same kernels, same math)
 
 
+# graph buckets are coarser than the engine's rounding: every shape costs a capture, and a server sees many
+# (session 9, H200: 83 first sights in a 20 s benchmark at c=64 cost more than the graphs saved). <= 1/3 filler
+GRAPH_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 320, 384, 512, 640,
+              768, 1024, 1280, 1536, 2048)
+
+
+def graph_rows(n: int) -> int:
+    """Rows rounded up to a graph bucket (n itself past the largest)."""
+    return next((r for r in GRAPH_ROWS if r >= n), n)
+
+
 def bucket_width(width: int, limit: int) -> int:
-    """Sequence length rounded up to few sizes as rows are (multiples of 8 to 64, then <= 12.5% filler);
-    never past `limit` rounded up to 8."""
-    return min(max(8, bucket_rows(width)), -(-limit // 8) * 8)
+    """Sequence length rounded up to a graph bucket: 16, then multiples of 8 to 64, 16 to 128, 32 to 256, 64 to
+    512 and 128 beyond (19 widths to 512; <= 25% filler past 16 tokens); never past `limit` rounded up to 8."""
+    step = 16 if width <= 16 else 8 if width <= 64 else 16 if width <= 128 else 32 if width <= 256 else \
+        64 if width <= 512 else 128
+    return min(-(-width // step) * step, -(-limit // 8) * 8)
+
+
+def grid(limit: int, max_tokens: int, max_rows: int = 64) -> list[tuple[int, int]]:
+    """The shapes captured before serving (up to `max_rows` rows and `max_tokens` padded tokens), smallest
+    first: the ones where a launch costs most next to the work."""
+    widths = sorted({bucket_width(w, limit) for w in range(1, limit + 1)})
+    return sorted(((r, w) for r in GRAPH_ROWS if r <= max_rows for w in widths if r * w <= max_tokens),
+                  key=lambda s: (s[0] * s[1], s))
 
 
 def why_not(emb: Any) -> str | None:
@@ -66,7 +91,7 @@ class GraphedEmbedder(TorchEmbedder):
 
     compiles_per_shape = True  # the engine warms the usual shapes before /ready
 
-    def __init__(self, emb: TorchEmbedder, max_tokens: int = 1 << 17):
+    def __init__(self, emb: TorchEmbedder, max_tokens: int = 16384):
         super().__init__(emb.spec, emb.tokenizer, emb.model, emb.candidate, emb.device)
         self.pad_id, self.needs_token_types = emb.pad_id, emb.needs_token_types
         self.max_tokens = max_tokens  # bigger shapes run eagerly: launch cost is small next to their compute
@@ -97,7 +122,7 @@ class GraphedEmbedder(TorchEmbedder):
         """The batch's ids and 2D mask at its bucketed shape (filler rows attend one pad token)."""
         ids, mask = batch["input_ids"], batch["attention_mask"]
         rows, width = ids.shape
-        shape = (bucket_rows(rows), bucket_width(width, max(width, self.spec.max_length)))
+        shape = (graph_rows(rows), self.pad_width(width))
         if shape == (rows, width):
             return ids.astype(np.int64, copy=False), mask.astype(np.int64, copy=False)
         big_ids = np.full(shape, self.pad_id, dtype=np.int64)
@@ -105,6 +130,35 @@ class GraphedEmbedder(TorchEmbedder):
         big_ids[:rows, :width], big_mask[:rows, :width] = ids, mask
         big_mask[rows:, 0] = 1
         return big_ids, big_mask
+
+    def pad_width(self, width: int) -> int:
+        """The width a batch of this longest row runs at (the engine plans its batches with it)."""
+        return bucket_width(width, max(width, self.spec.max_length))
+
+    def precapture(self, max_s: float = 30.0, max_rows: int = 64) -> dict[str, Any]:
+        """Capture the usual shapes before serving (smallest first, until `max_s`), each checked against the
+        eager forward on the same (synthetic) rows; the rest are captured on first sight."""
+        import time
+
+        t0 = time.perf_counter()
+        shapes = grid(self.spec.max_length, self.max_tokens, max_rows)
+        vocab = max(2, len(self.tokenizer) if hasattr(self.tokenizer, "__len__") else 1000)
+        done = 0
+        for rows, width in shapes:
+            if not self.on or time.perf_counter() - t0 > max_s:
+                break
+            if (rows, width) in self.shapes:
+                continue
+            ids = np.full((rows, width), self.pad_id, dtype=np.int64)
+            mask = np.zeros((rows, width), dtype=np.int64)
+            for r in range(rows):  # mixed lengths, right-padded, as the engine collates them
+                n = max(1, width - (r * 7) % max(1, width // 2))
+                ids[r, :n] = (np.arange(n) * 31 + r) % vocab
+                mask[r, :n] = 1
+            self._first((rows, width), {"input_ids": ids, "attention_mask": mask}, ids, mask)
+            done += 1
+        took = time.perf_counter() - t0
+        return {"shapes": len(shapes), "captured": self.stats["captured"], "tried": done, "seconds": round(took, 1)}
 
     # --- serving -------------------------------------------------------------------------------------------
     def forward(self, batch: dict[str, np.ndarray]) -> np.ndarray:
@@ -129,19 +183,21 @@ class GraphedEmbedder(TorchEmbedder):
 
     def _first(self, key: tuple[int, int], batch: dict[str, np.ndarray], ids: np.ndarray,
                mask: np.ndarray) -> np.ndarray:
-        """First sight of a shape: answer eagerly, capture, and keep the graph only if it gives the same rows."""
-        want = super().forward(batch)
+        """First sight of a shape: capture it (the warm-up before the capture is an eager forward of these very
+        rows, and answers this batch), replay, and keep the graph only if the replay gives the same rows."""
+        rows = batch["input_ids"].shape[0]
         self.stats["eager_batches"] += 1
         try:
-            shape = self._capture(ids, mask)
+            shape, warm = self._capture(ids, mask)
+            want = warm[:rows]
             shape.graph.replay()
-            got = shape.out[: len(want)].cpu().numpy()
+            got = shape.out[:rows].cpu().numpy()
         except Exception as e:  # noqa: BLE001 - a shape that cannot be captured runs eagerly
             log.warning("CUDA graph capture failed for batch shape %s (it runs eagerly): %s: %s", key,
                         type(e).__name__, e)
             self.shapes[key] = None
             self.stats["eager_shapes"] += 1
-            return want
+            return super().forward(batch)
         cos = _cosines(got, want)
         if not np.isfinite(cos).all() or cos.min() < MIN_COSINE:
             log.warning("CUDA graphs turned off: the graph for batch shape %s gave min cosine %.6f against the "
@@ -152,7 +208,8 @@ class GraphedEmbedder(TorchEmbedder):
         self.stats["captured"] += 1
         return want
 
-    def _capture(self, ids: np.ndarray, mask: np.ndarray) -> _Shape:
+    def _capture(self, ids: np.ndarray, mask: np.ndarray) -> tuple[_Shape, np.ndarray]:
+        """The graph for this shape, and the eager forward's rows from the warm-up that precedes it."""
         import torch
 
         dev = torch.device(self.device)
@@ -162,14 +219,15 @@ class GraphedEmbedder(TorchEmbedder):
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):  # warm-up off the capture (cuBLAS workspaces, lazy inits)
-                self._run(t_ids, t_mask)
+                warm = self._run(t_ids, t_mask)
             torch.cuda.current_stream().wait_stream(side)
+            warm = warm.cpu().numpy()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.pool):
                 out = self._run(t_ids, t_mask)
             if self.pool is None:
                 self.pool = graph.pool()
-        return _Shape(graph, t_ids, t_mask, out)
+        return _Shape(graph, t_ids, t_mask, out), warm
 
     def describe(self) -> dict[str, Any]:
         d = super().describe()
@@ -184,7 +242,7 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / np.maximum(na * nb, 1e-12)
 
 
-def with_graphs(emb: Any, mode: str = "auto") -> tuple[Any, str]:
+def with_graphs(emb: Any, mode: str = "auto", max_tokens: int = 16384) -> tuple[Any, str]:
     """`emb` wrapped in CUDA graphs when `mode` is on/auto and it can be, else unchanged; and why, in words.
     `on` where graphs cannot run is an error (the user asked for them)."""
     if mode == "off":
@@ -196,4 +254,5 @@ def with_graphs(emb: Any, mode: str = "auto") -> tuple[Any, str]:
 
             raise InfertuneError(f"--cuda-graphs on: {why}")
         return emb, f"no CUDA graphs: {why}"
-    return GraphedEmbedder(emb), "CUDA graphs: each bucketed batch shape captured once, checked against eager"
+    return GraphedEmbedder(emb, max_tokens), ("CUDA graphs: each bucketed batch shape up to "
+                                              f"{max_tokens} padded tokens captured once, checked against eager")

@@ -63,7 +63,9 @@ def _load(st: State) -> None:
             if st.settings.device == "cuda":
                 from infertune.backends.cuda_graphs import with_graphs
 
-                emb, _ = with_graphs(emb, st.settings.cuda_graphs)
+                emb, _ = with_graphs(emb, st.settings.cuda_graphs, st.settings.batch_tokens)
+                if hasattr(emb, "precapture"):
+                    emb.precapture()
         tok = emb.tokenizer
         st.vocab_size = len(tok) if hasattr(tok, "__len__") else int(getattr(tok, "vocab_size", 2**31 - 1))
         marker = os.environ.get(FAULT_ENV)

@@ -40,7 +40,7 @@ def forward_ceiling(model: str, device: str | None = None, texts: list[str] | No
     if settings.device == "cuda":  # the server's engine: the same CUDA-graph wrapping as `serve`
         from infertune.backends.cuda_graphs import with_graphs
 
-        emb, engine = with_graphs(emb, cuda_graphs)
+        emb, engine = with_graphs(emb, cuda_graphs, settings.batch_tokens)
     ids = sorted(emb.token_ids(texts), key=len)
     lengths = [-(-len(x) // PAD_MULTIPLE) * PAD_MULTIPLE for x in ids]
     # the server's two budgets: the tuned one, and the grown one it packs under load

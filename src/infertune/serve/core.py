@@ -60,7 +60,8 @@ def engine_main(conn: Any, index: int, model: str, device: str, threads: int | N
         if device == "cuda":
             from infertune.backends.cuda_graphs import with_graphs
 
-            emb, graphs = with_graphs(emb, settings.get("cuda_graphs", "auto"))
+            emb, graphs = with_graphs(emb, settings.get("cuda_graphs", "auto"),
+                                      int(settings.get("batch_tokens") or 16384))
             print(f"engine {index}: {graphs}", file=sys.stderr, flush=True)
         metrics = Metrics()
         if restarts:
@@ -71,6 +72,10 @@ def engine_main(conn: Any, index: int, model: str, device: str, threads: int | N
         emb.synchronize()
         if emb.compiles_per_shape:
             warm_shapes(emb, warm)
+        if hasattr(emb, "precapture"):
+            got = emb.precapture()
+            print(f"engine {index}: captured {got['captured']} of {got['shapes']} usual batch shapes in {got['seconds']} s",
+                  file=sys.stderr, flush=True)
         seed = _time_batches(emb, warm, int(settings.get("max_batch_tokens") or settings.get("batch_tokens") or 4096))
         settings = Settings(**settings)
         ctx = zmq.Context()

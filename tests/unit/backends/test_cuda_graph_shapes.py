@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infertune.backends.cuda_graphs import bucket_width, why_not
+from infertune.backends.cuda_graphs import bucket_width, graph_rows, grid, why_not
 
 ROOT = Path(__file__).resolve().parents[3]
 TEXTS = ["hi", "What is the capital of France?", "ok",
@@ -17,11 +17,16 @@ TEXTS = ["hi", "What is the capital of France?", "ok",
          "Transformers use attention to mix information across positions in a sequence.", "a b c d e f g", "x"]
 
 
-def test_bucket_width_bounds():
+def test_graph_buckets_bound_the_filler_and_the_shape_count():
     for w in range(1, 600):
         b = bucket_width(w, 512)
-        assert b >= min(w, 512) and b <= 512 and (b - w) / w <= max(0.125, 7 / w)
-    assert len({bucket_width(w, 512) for w in range(1, 513)}) <= 40
+        assert min(w, 512) <= b <= 512 and (b - w) / w <= max(0.25, 15 / w)
+    assert len({bucket_width(w, 512) for w in range(1, 513)}) <= 19
+    for n in range(1, 2049):
+        assert n <= graph_rows(n) <= max(n + 1, 4 * n / 3)
+    shapes = grid(512, 16384)
+    assert all(r * w <= 16384 and r <= 64 for r, w in shapes) and len(shapes) <= 260
+    assert shapes[0] == (1, 16) and shapes == sorted(shapes, key=lambda s: (s[0] * s[1], s))
 
 
 def _graphed(model: str, **kw):
