@@ -35,7 +35,7 @@ PY
 /usr/bin/time -f "tune wall %e s" $I tune $M --device $DEV --quick --workload /tmp/texts512.jsonl --out $TUNE --json > "$OUT/tune.json"
 echo "tune exit $?"
 [ -d $TUNE/artifact ] || { echo "no artifact: stopping"; exit 1; }
-[ "$DEV" = cuda ] && { $PY -m pytest -q -p no:cacheprovider tests/gpu/test_cuda_graphs.py -s 2>&1 | grep -E "^E |MiniLM|passed|failed|Error" | head -20; }
+[ "$DEV" = cuda ] && { [ -d /tmp/minilm ] || $PY .gpu/restore.py /tmp/minilm; INFERTUNE_TEST_MINILM=/tmp/minilm $PY -m pytest -q -p no:cacheprovider tests/gpu/test_cuda_graphs.py -s 2>&1 | grep -E "^E |MiniLM|passed|failed|Error" | head -20; }
 # CUDA graphs off and on (auto), side by side in this run: served c=64 and the forward-only ceiling for each
 for G in ${GRAPHS:-off auto}; do
   $I serve $TUNE/artifact --device $DEV --port 8000 --max-queue 4096 --cuda-graphs $G 2> "$OUT/serve_$G.log" &
