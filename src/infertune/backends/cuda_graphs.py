@@ -14,8 +14,9 @@ How (all standard PyTorch, torch.cuda.CUDAGraph):
 - before serving, the usual shapes (<= 64 rows, <= the batch token budget) are captured, smallest first, within
   a time cap (`precapture`); any other shape up to `max_tokens` is captured on first sight, and bigger batches run
   eagerly (the GPU, not the launches, bounds them).
-- the attention mask is built inside the graph from the 2D padding mask as a 4D boolean mask (causal for a
-  decoder), which transformers passes to SDPA as is: no host sync in the forward, so it can be captured.
+- an encoder's attention mask is built inside the graph from the 2D padding mask as a 4D boolean mask, which
+  transformers passes to SDPA as is: no host sync in the forward, so it can be captured. A decoder gets no
+  mask: its rows are right-padded (a left-padded batch runs eagerly) and causal attention never reaches them.
 - every graph shares one memory pool (one engine thread replays one graph at a time; each result is copied out
   before the next replay).
 - each shape is checked once, at capture, against the eager forward of the same rows (the warm-up run that
@@ -31,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from infertune.backends.torch_eager import TorchEmbedder
+from infertune.backends.torch_eager import TorchEmbedder, right_padded
 from infertune.models.embedding import pool
 
 log = logging.getLogger("infertune.serve")
@@ -105,14 +106,12 @@ class GraphedEmbedder(TorchEmbedder):
     def _run(self, ids: Any, mask: Any) -> Any:
         import torch
 
-        keys = mask.bool()[:, None, None, :]  # [R, 1, 1, W]: which positions hold tokens
-        width = ids.shape[1]
-        if self.causal:
-            tri = torch.ones(width, width, dtype=torch.bool, device=ids.device).tril()
-            m4 = keys & tri[None, None]
+        if self.causal:  # right-padded rows (forward checks): causal attention never reaches their pads
+            kw = {"input_ids": ids}
         else:
-            m4 = keys.expand(ids.shape[0], 1, width, width)
-        kw = {"input_ids": ids, "attention_mask": m4}
+            width = ids.shape[1]
+            keys = mask.bool()[:, None, None, :]  # [R, 1, 1, W]: which positions hold tokens
+            kw = {"input_ids": ids, "attention_mask": keys.expand(ids.shape[0], 1, width, width)}
         if self.needs_token_types:
             kw["token_type_ids"] = torch.zeros_like(ids)
         hidden = self.model(**kw).last_hidden_state
@@ -167,7 +166,8 @@ class GraphedEmbedder(TorchEmbedder):
         rows = batch["input_ids"].shape[0]
         ids, mask = self.padded(batch)
         key = ids.shape
-        if not self.on or key[0] * key[1] > self.max_tokens or self.shapes.get(key, 0) is None:
+        if (not self.on or key[0] * key[1] > self.max_tokens or self.shapes.get(key, 0) is None
+                or (self.causal and not right_padded(batch["attention_mask"]))):
             self.stats["eager_batches"] += 1
             return super().forward(batch)
         shape = self.shapes.get(key)

@@ -27,7 +27,12 @@ class TorchEmbedder(Embedder):
 
         with torch.inference_mode():
             t = {k: torch.from_numpy(v).to(self.device, non_blocking=True) for k, v in batch.items()}
-            hidden = self.model(**t).last_hidden_state
+            kw = t
+            if self.spec.arch == "decoder" and right_padded(batch["attention_mask"]):
+                # causal attention: a right-padded row's tokens never see the pads after them, so the model
+                # needs no padding mask (SDPA takes its causal kernel, no 4D mask is built); pooling keeps it
+                kw = {k: v for k, v in t.items() if k != "attention_mask"}
+            hidden = self.model(**kw).last_hidden_state
             return pool(hidden, t["attention_mask"], self.spec.pooling).cpu().numpy()
 
     def synchronize(self) -> None:
@@ -62,6 +67,11 @@ class TorchEmbedder(Embedder):
         self.tokenizer.save_pretrained(path / "model")
         (path / "model" / "infertune_embedding.json").write_text(json.dumps(self.spec.to_dict(), indent=2))
         return {"weights": "model", "recipe": self.candidate.model_dump(mode="json")}
+
+
+def right_padded(mask: np.ndarray) -> bool:
+    """Every row starts with a token and has no token after its first pad (how our collate pads)."""
+    return bool(mask.shape[1] == 0 or (mask[:, 0].all() and (mask[:, 1:] <= mask[:, :-1]).all()))
 
 
 def _float_dtype(precision: str, quant: str | None = None, device: str = "cpu") -> str:
