@@ -129,7 +129,20 @@ class BatchCore:
             plan = plan_batches(padded.tolist(), self.policy, self.s.max_padding)
             if len(plan) > 1 and self.grown.size > self.policy.size:  # under load: fewer, larger batches
                 plan = plan_batches(padded.tolist(), self.grown, self.s.max_padding)
-        for b in plan:
+        # a request is answered as soon as the batch holding its last row is done, not at the end of the window:
+        # its client can send the next one while the window's other batches run (closed-loop clients keep the
+        # device fed); a multi-input request whose rows span batches waits for the last of them
+        row_batch = np.zeros(len(lens), dtype=np.int64)
+        for k, b in enumerate(plan):
+            row_batch[np.asarray(b, dtype=np.int64)] = k
+        due: dict[int, list[tuple[int, Any, int, int]]] = {}
+        row = 0
+        for c in chunks:
+            for rid, n in zip(c.rids, c.nrows.tolist(), strict=True):
+                last = int(row_batch[row:row + n].max()) if n else 0
+                due.setdefault(last, []).append((c.fe, rid, row, row + n))
+                row += n
+        for k, b in enumerate(plan):
             idx = np.asarray(b, dtype=np.int64)
             try:
                 batch = self._collate(idx, lens, starts, flat, int(padded[idx].max()))
@@ -145,12 +158,14 @@ class BatchCore:
                 self.m.batch_failures.inc()
                 failed[idx] = True
                 err = (500, f"the batch holding this request failed: {type(e).__name__}: {e}", "server_error", None)
-                continue
-            self.m.observe_batch(len(idx), batch["input_ids"].size, int(lens[idx].sum()))
-            self.batches += 1
-            if self.batches % 32 == 0 and len(self.timings) >= 4:
-                self.cost = fit_line(self.timings)
-        self._answer(chunks, out, failed, err)
+            else:
+                self.m.observe_batch(len(idx), batch["input_ids"].size, int(lens[idx].sum()))
+                self.batches += 1
+                if self.batches % 32 == 0 and len(self.timings) >= 4:
+                    self.cost = fit_line(self.timings)
+            self._answer(due.pop(k, []), out, failed, err)
+        for rest in due.values():  # a window with no rows to run (nothing planned)
+            self._answer(rest, out, failed, err)
 
     def _collate(self, idx: np.ndarray, lens: np.ndarray, starts: np.ndarray, flat: np.ndarray,
                  width: int) -> dict[str, np.ndarray]:
@@ -170,19 +185,21 @@ class BatchCore:
             batch["token_type_ids"] = np.zeros_like(ids)
         return batch
 
-    def _answer(self, chunks: list[Chunk], out: np.ndarray, failed: np.ndarray, err: tuple | None) -> None:
+    def _answer(self, reqs: list[tuple[int, Any, int, int]], out: np.ndarray, failed: np.ndarray,
+                err: tuple | None) -> None:
+        """Send each frontend one message with these requests (frontend, id, first row, end row): rows, or the
+        error of a failed batch that held one of their rows."""
+        if not reqs:
+            return
         t0 = time.perf_counter()
         by_fe: dict[int, tuple[list, list]] = {}
-        row = 0
-        for c in chunks:
-            heads, blocks = by_fe.setdefault(c.fe, ([], []))
-            for rid, n in zip(c.rids, c.nrows.tolist(), strict=True):
-                if err is not None and failed[row:row + n].any():
-                    heads.append((rid, None, err))
-                else:
-                    heads.append((rid, n, None))
-                    blocks.append((row, row + n))
-                row += n
+        for fe, rid, a, b in reqs:
+            heads, blocks = by_fe.setdefault(fe, ([], []))
+            if err is not None and failed[a:b].any():
+                heads.append((rid, None, err))
+            else:
+                heads.append((rid, b - a, None))
+                blocks.append((a, b))
         for fe, (heads, blocks) in by_fe.items():
             body = np.concatenate([out[a:b] for a, b in blocks]) if blocks else np.empty((0, out.shape[1]), np.float32)
             self.send(fe, [pickle.dumps(heads, protocol=5), body.tobytes()])

@@ -152,3 +152,27 @@ def test_wire_format_round_trips():
     np.testing.assert_array_equal(out[0][1], results[0][1])
     np.testing.assert_array_equal(out[2][1], results[2][1])
     assert pickle.loads(pack_requests(0, reqs)[0])[1][0] == (0, len(reqs[0][1]))
+
+
+def test_requests_are_answered_as_their_last_batch_finishes():
+    """A window split into batches answers each request right after the batch holding its last row (so a
+    closed-loop client sends again while the other batches run); a request whose rows span batches is
+    answered once, whole, after the last of them."""
+    emb = Recorder("cpu")
+    sent: list[tuple[int, list]] = []
+    core = BatchCore(emb, _settings(batch_tokens=64, max_batch_tokens=64), _Metrics(), pull=None,
+                     send=lambda fe, frames: sent.append((len(emb.batches), unpack_results(frames, 4))))
+    core.cost = (1e-3, 1e-9)  # batches are nearly free: split by length
+    reqs = [(0, [[1] * 40]), (1, [[2] * 3]), (2, [[3] * 41, [4] * 2]), (3, [[5] * 4])]
+    core.run_window([Chunk(pack_requests(0, reqs))])
+    assert len(emb.batches) >= 2 and len(sent) >= 2  # more than one message for one window
+    when = {rid: n for n, results in sent for rid, _, _ in results}
+    assert sorted(when) == [0, 1, 2, 3]
+    for rid, rows in reqs:  # answered right after the batch that held its last row, never before
+        held = [k + 1 for k, b in enumerate(emb.batches) for r in rows
+                if len(r) <= b["input_ids"].shape[1] and any(
+                    (b["input_ids"][i][: len(r)] == r).all() and b["attention_mask"][i].sum() == len(r)
+                    for i in range(len(b["input_ids"])))]
+        assert when[rid] == max(held), (rid, when[rid], held)
+    back = {rid: rows for _, results in sent for rid, rows, _ in results}
+    np.testing.assert_array_equal(back[2], np.array([[123, 41, 1, 0], [8, 2, 1, 0]], dtype=np.float32))
