@@ -65,3 +65,50 @@ def test_why_not_names_the_reason():
 
     assert "CUDA device" in why_not(load_model("minilm", "cpu"))
     assert "engine" in why_not(object())
+
+
+class _Replay:
+    def replay(self):
+        pass
+
+
+def test_a_shape_that_fails_to_capture_runs_eagerly_and_a_wrong_graph_turns_graphs_off(monkeypatch):
+    """The fallbacks, without a GPU: `_capture` stands in for torch.cuda.graph. A capture that raises marks its
+    shape eager (the batch is still answered, by the eager forward); a graph whose replay disagrees with the
+    eager rows turns graphs off; a graph that agrees is replayed from the second sight on."""
+    import torch
+
+    g = _graphed("minilm")
+    batch = g.collate(g.token_ids(TEXTS[:3]))
+    want = super(type(g), g).forward(batch)
+
+    def boom(ids, mask):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(g, "_capture", boom)
+    np.testing.assert_allclose(g.forward(batch), want, rtol=1e-5, atol=1e-6)
+    assert g.stats["eager_shapes"] == 1 and g.shapes[g.padded(batch)[0].shape] is None and g.on
+    np.testing.assert_allclose(g.forward(batch), want, rtol=1e-5, atol=1e-6)  # eager again, no new capture
+    assert g.stats["eager_shapes"] == 1
+
+    from infertune.backends.cuda_graphs import _Shape
+
+    def capture(good: bool):
+        def run(ids, mask):
+            with torch.inference_mode():
+                warm = g._run(torch.from_numpy(ids), torch.from_numpy(mask))
+            out = warm.clone() if good else torch.randn_like(warm)
+            return _Shape(_Replay(), torch.from_numpy(ids.copy()), torch.from_numpy(mask.copy()), out), warm.numpy()
+        return run
+
+    other = g.collate(g.token_ids(TEXTS[:5]))  # another shape
+    monkeypatch.setattr(g, "_capture", capture(good=True))
+    g.forward(other)
+    assert g.stats["captured"] == 1 and g.on
+    g.forward(other)
+    assert g.stats["replays"] == 1
+    third = g.collate(g.token_ids(TEXTS))
+    monkeypatch.setattr(g, "_capture", capture(good=False))
+    got = g.forward(third)  # the eager rows answer; graphs go off
+    assert not g.on
+    np.testing.assert_allclose(got, super(type(g), g).forward(third), rtol=1e-4, atol=1e-5)
