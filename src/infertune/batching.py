@@ -8,7 +8,7 @@ Two policies (see config.Batching):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from infertune.config import Batching
@@ -61,11 +61,13 @@ def fit_line(pairs: Sequence[tuple[float, float]]) -> tuple[float, float]:
     return float(np.median(y - b * x)), b
 
 
-def plan_by_cost(lengths: Sequence[int], policy: Batching, a: float, b: float) -> list[list[int]]:
+def plan_by_cost(lengths: Sequence[int], policy: Batching, a: float, b: float,
+                 rows: Callable[[int], int] | None = None) -> list[list[int]]:
     """Batches that minimise the predicted time, sum over batches of a + b * padded tokens: items of equal
     length form groups (longest first), and a dynamic program over the group boundaries (a few dozen
     groups with lengths rounded to 8) decides where one more batch (a) costs less than the padding the
-    longer batch would add (b per token). Each batch is then cut to the token budget and item cap."""
+    longer batch would add (b per token). Each batch is then cut to the token budget and item cap.
+    `rows`: the rows a batch of n items really runs (an engine that rounds them up, e.g. CUDA graph buckets)."""
     n = len(lengths)
     order = sorted(range(n), key=lambda i: (-lengths[i], i))
     groups: list[list[int]] = []
@@ -82,7 +84,8 @@ def plan_by_cost(lengths: Sequence[int], policy: Batching, a: float, b: float) -
     cut = [0] * (k + 1)
     for j in range(1, k + 1):
         for i in range(j):
-            c = best[i] + a + b * max(1, lengths[groups[i][0]]) * (count[j] - count[i])
+            m = count[j] - count[i]
+            c = best[i] + a + b * max(1, lengths[groups[i][0]]) * (rows(m) if rows else m)
             if c < best[j]:
                 best[j], cut[j] = c, i
     segments: list[list[int]] = []

@@ -117,3 +117,30 @@ def test_fit_line_recovers_a_line_despite_an_outlier():
     pairs = [(x, 0.002 + 1e-7 * x) for x in (100, 1000, 5000, 20000, 60000)] + [(3000, 0.5)]
     a, b = fit_line(pairs)
     assert abs(a - 0.002) < 1e-4 and abs(b - 1e-7) < 1e-9
+
+
+def test_plan_by_cost_costs_the_rows_an_engine_really_runs():
+    """With rows rounded up (CUDA graph buckets), the plan is still a partition of every item, and under that
+    cost model it is no worse than the plan made without knowing the rounding."""
+    import random
+
+    from infertune.backends.cuda_graphs import graph_rows
+    from infertune.batching import plan_by_cost
+    from infertune.config import Batching
+
+    rng = random.Random(3)
+    policy = Batching(kind="tokens", size=1 << 20, max_items=1 << 20)
+    a, b = 2e-3, 5e-6
+    better = 0
+    for _ in range(20):
+        lengths = [-(-rng.randint(1, 400) // 8) * 8 for _ in range(rng.randint(5, 70))]
+
+        def cost(plan):
+            return sum(a + b * max(lengths[i] for i in p) * graph_rows(len(p)) for p in plan)
+
+        aware = plan_by_cost(lengths, policy, a, b, rows=graph_rows)
+        blind = plan_by_cost(lengths, policy, a, b)
+        assert sorted(i for p in aware for i in p) == list(range(len(lengths)))
+        assert cost(aware) <= cost(blind) + 1e-12
+        better += cost(aware) < cost(blind) - 1e-12
+    assert better >= 3  # knowing the rounding changes the plan, for the better

@@ -130,6 +130,10 @@ class GraphedEmbedder(TorchEmbedder):
         big_mask[rows:, 0] = 1
         return big_ids, big_mask
 
+    def pad_rows(self, rows: int) -> int:
+        """The rows a batch of this many items runs at (the engine's batch planner costs them)."""
+        return graph_rows(rows) if self.on else rows
+
     def pad_width(self, width: int) -> int:
         """The width a batch of this longest row runs at (the engine plans its batches with it)."""
         return bucket_width(width, max(width, self.spec.max_length))

@@ -68,6 +68,7 @@ class BatchCore:
         # H200 as 45-50 ms batches at 8% GPU that sped up as shapes repeated; rows are rounded up to few sizes
         self.bucket = str(getattr(emb, "device", "cpu")).startswith("cuda")
         self.pad_width = getattr(emb, "pad_width", None)
+        self.pad_rows = getattr(emb, "pad_rows", None)  # rows a batch really runs (CUDA graph buckets)
 
     # --- intake ------------------------------------------------------------------------------------------
     def _drain(self, timeout_ms: float) -> None:
@@ -124,7 +125,7 @@ class BatchCore:
         failed = np.zeros(len(lens), dtype=bool)
         err: tuple | None = None
         if self.cost is not None:  # the split that the measured cost line says is fastest
-            plan = plan_by_cost(padded.tolist(), self.grown, *self.cost)
+            plan = plan_by_cost(padded.tolist(), self.grown, *self.cost, rows=self.pad_rows)
         else:
             plan = plan_batches(padded.tolist(), self.policy, self.s.max_padding)
             if len(plan) > 1 and self.grown.size > self.policy.size:  # under load: fewer, larger batches
