@@ -135,7 +135,7 @@ def test_plan_by_cost_costs_the_rows_an_engine_really_runs():
     for _ in range(20):
         lengths = [-(-rng.randint(1, 400) // 8) * 8 for _ in range(rng.randint(5, 70))]
 
-        def cost(plan):
+        def cost(plan, lengths=lengths):
             return sum(a + b * max(lengths[i] for i in p) * graph_rows(len(p)) for p in plan)
 
         aware = plan_by_cost(lengths, policy, a, b, rows=graph_rows)
