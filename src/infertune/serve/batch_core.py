@@ -177,7 +177,8 @@ class BatchCore:
         offs = np.repeat(starts[idx] - (np.cumsum(bl) - bl), bl) + np.arange(total)
         ids = np.full((len(idx), width), self.pad_id, dtype=np.int64)
         ids[mask] = flat[offs]
-        rows = bucket_rows(len(idx)) if self.bucket else len(idx)
+        # the engine's own row buckets when it has them (CUDA graphs), else few sizes on a GPU
+        rows = self.pad_rows(len(idx)) if self.pad_rows else bucket_rows(len(idx)) if self.bucket else len(idx)
         if rows > len(idx):  # filler rows (one attended pad token each, no NaN); their outputs are dropped
             ids = np.concatenate([ids, np.full((rows - len(idx), width), self.pad_id, dtype=np.int64)])
             mask = np.concatenate([mask, np.arange(width)[None, :].repeat(rows - len(idx), 0) < 1])

@@ -176,3 +176,16 @@ def test_requests_are_answered_as_their_last_batch_finishes():
         assert when[rid] == max(held), (rid, when[rid], held)
     back = {rid: rows for _, results in sent for rid, rows, _ in results}
     np.testing.assert_array_equal(back[2], np.array([[123, 41, 1, 0], [8, 2, 1, 0]], dtype=np.float32))
+
+
+def test_an_engine_with_its_own_row_buckets_is_collated_at_them():
+    """An engine that runs rows in its own buckets (CUDA graphs: pad_rows) gets batches of that many rows,
+    not the engine process's default rounding on top (9 rows: 12, not 16)."""
+    from infertune.backends.cuda_graphs import graph_rows
+
+    emb = Recorder("cuda")
+    emb.pad_rows = graph_rows
+    got = _run(emb, {0: [(i, [[5] * 10]) for i in range(9)]},
+               settings=_settings(batch_tokens=1 << 20, max_batch_tokens=1 << 20))
+    assert [len(b["input_ids"]) for b in emb.batches] == [graph_rows(9)] == [12]
+    assert len(got[0]) == 9
