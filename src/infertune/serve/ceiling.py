@@ -79,4 +79,5 @@ def forward_ceiling(model: str, device: str | None = None, texts: list[str] | No
             "texts": len(ids), "batches": len(sizes), "items_per_batch_mean": round(sum(sizes) / len(sizes), 1),
             "tokens_per_item_mean": round(sum(len(x) for x in ids) / len(ids), 1),
             "budget_tokens": best, "max_items": settings.max_batch_items, "engine": engine,
+            "cuda_graphs": dict(getattr(emb, "stats", {}), on=getattr(emb, "on", False)),
             "by_budget": {str(k): round(statistics.median(v), 1) for k, v in per_round.items()}}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# A short check on the lent GPU that CUDA graphs capture and match eager: the GPU test (MiniLM, encoder, 4D mask)
+# and the forward-only ceiling of a small random-weight Qwen3-Embedding shape (decoder, no mask) with
+# --cuda-graphs on, on 64 texts. Carry [".whl", ".gpu"].
+set -uo pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/site/bin:$PATH HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+python3 .gpu/restore.py /tmp/minilm > /dev/null
+INFERTUNE_TEST_MINILM=/tmp/minilm python3 -m pytest -q -p no:cacheprovider tests/gpu/test_cuda_graphs.py -s 2>&1 | grep -E "^E |MiniLM|passed|failed" | head -12
+head -64 src/infertune/data/*.jsonl 2>/dev/null > /tmp/t64.jsonl || true
+[ -s /tmp/t64.jsonl ] || python3 -c "
+from infertune.workload import load_workload; import json
+open('/tmp/t64.jsonl','w').write(''.join(json.dumps({'input': t})+'\n' for t in load_workload(None).items[:64]))"
+for G in on off; do
+  python3 -m infertune.cli.main serve .gpu/qwen3-embedding --task embed --device cuda --ceiling --cuda-graphs $G \
+    --workload /tmp/t64.jsonl --json 2> "$OUT/ceiling_$G.err" > "$OUT/ceiling_$G.json"
+  grep -i "warn\|error\|turned off" "$OUT/ceiling_$G.err" | head -3
+done
+python3 - "$OUT" <<'PY'
+import json, sys
+print("| CUDA graphs | ceiling items/s (n, range) | graph stats |\n|---|---|---|")
+for g in ("on", "off"):
+    try:
+        c = json.load(open(f"{sys.argv[1]}/ceiling_{g}.json"))
+        print(f"| {g} | {c['items_per_s']:,.0f} (n={c['n']}, {c['min']:,.0f}-{c['max']:,.0f}) | {c.get('cuda_graphs')} |")
+    except Exception as e:
+        print(f"| {g} | failed: {e} | |")
+PY
