@@ -109,6 +109,10 @@ def resolve_settings(cfg: ServeConfig, manifest: dict[str, Any] | None) -> Setti
     tune = (manifest or {}).get("tune") or {}
     device = cfg.device or (manifest or {}).get("device") or "cpu"
     cpu = device == "cpu"
+    if cfg.cuda_graphs == "on" and cpu:
+        from infertune.errors import InfertuneError
+
+        raise InfertuneError("--cuda-graphs on needs a GPU (--device cuda); this model would be served on cpu")
     sources: dict[str, Source] = {}
 
     def pick(name: str, flag: Any, measured: Any, default: Any) -> Any:
