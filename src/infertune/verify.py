@@ -13,6 +13,11 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
+def row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine of each row of `a` with the same row of `b` (a zero row counts as cosine 0)."""
+    return (_unit(a) * _unit(b)).sum(1)
+
+
 def topk_overlap(ref: np.ndarray, got: np.ndarray, k: int = 10) -> float:
     """Mean |top-k(ref) ∩ top-k(got)| / k over items, neighbours searched within the set (self excluded)."""
     n = ref.shape[0]
@@ -35,7 +40,7 @@ def compare(ref: np.ndarray, got: np.ndarray, k: int = 10) -> Accuracy:
     if not np.isfinite(got).all():
         return Accuracy(cosine_mean=float("nan"), cosine_min=float("nan"), cosine_p1=float("nan"),
                         topk_overlap=0.0, norm_drift=float("nan"), n=len(ref))
-    cos = (_unit(ref) * _unit(got)).sum(1)
+    cos = row_cosines(ref, got)
     nr, ng = np.linalg.norm(ref, axis=1), np.linalg.norm(got, axis=1)
     return Accuracy(
         cosine_mean=float(cos.mean()), cosine_p1=float(np.percentile(cos, 1)), cosine_min=float(cos.min()),

@@ -34,6 +34,7 @@ import numpy as np
 
 from infertune.backends.torch_eager import TorchEmbedder, right_padded
 from infertune.models.embedding import pool
+from infertune.verify import row_cosines
 
 log = logging.getLogger("infertune.serve")
 MIN_COSINE = 0.9999  # a captured shape must give the eager forward's vectors (same kernels, same math)
@@ -202,7 +203,7 @@ class GraphedEmbedder(TorchEmbedder):
             self.shapes[key] = None
             self.stats["eager_shapes"] += 1
             return super().forward(batch)
-        cos = _cosines(got, want)
+        cos = row_cosines(got, want)
         if not np.isfinite(cos).all() or cos.min() < MIN_COSINE:
             log.warning("CUDA graphs turned off: the graph for batch shape %s gave min cosine %.6f against the "
                         "eager forward (< %g); serving eagerly", key, float(np.nanmin(cos)), MIN_COSINE)
@@ -238,12 +239,6 @@ class GraphedEmbedder(TorchEmbedder):
         d["cuda_graphs"] = {"on": self.on, "shapes": len([s for s in self.shapes.values() if s is not None]),
                             "max_tokens": self.max_tokens, **self.stats}
         return d
-
-
-def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    na = np.linalg.norm(a, axis=1)
-    nb = np.linalg.norm(b, axis=1)
-    return (a * b).sum(1) / np.maximum(na * nb, 1e-12)
 
 
 def with_graphs(emb: Any, mode: str = "auto", max_tokens: int = 16384) -> tuple[Any, str]:

@@ -12,6 +12,7 @@ import numpy as np
 
 from infertune.errors import InfertuneError
 from infertune.models.embedding import EmbeddingSpec, load_encoder, pool
+from infertune.verify import row_cosines
 
 OPSET = 17
 
@@ -74,8 +75,7 @@ def verify_export(onnx_path: Path, spec: EmbeddingSpec, texts: list[str], min_co
         enc = tok(chunk, padding=True, truncation=True, max_length=spec.max_length, return_tensors="np")
         got = sess.run(["pooled"], {k: v.astype(np.int64) for k, v in enc.items() if k in feeds})[0]
         ref = np.stack([alone[t] for t in chunk])
-        cos = (got * ref).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(ref, axis=1))
-        worst = min(worst, float(cos.min()))
+        worst = min(worst, float(row_cosines(got, ref).min()))
     if worst < min_cos:
         raise InfertuneError(f"ONNX export of {spec.name} disagrees with PyTorch: min cosine {worst:.6f} < {min_cos}")
     return {"verified": True, "min_cosine": worst, "batch_sizes": [1, 7, 32]}

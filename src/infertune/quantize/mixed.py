@@ -9,13 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-
-def _cosines(ref, got):
-    import numpy as np
-
-    a = ref / np.linalg.norm(ref, axis=1, keepdims=True)
-    b = got / np.maximum(np.linalg.norm(got, axis=1, keepdims=True), 1e-12)
-    return (a * b).sum(1)
+from infertune.verify import row_cosines
 
 
 def search(spec: dict, texts: list[str], min_cosine_mean: float, min_cosine_min: float,
@@ -47,7 +41,7 @@ def search(spec: dict, texts: list[str], min_cosine_mean: float, min_cosine_min:
         if max_s is not None and time.perf_counter() - t0 > 0.6 * max_s:
             unmeasured.append(n)
             continue
-        cos = _cosines(ref, run(quantize_dynamic_int8(base, [n])))
+        cos = row_cosines(ref, run(quantize_dynamic_int8(base, [n])))
         sens.append({"layer": n, "cosine_mean": float(cos.mean()), "cosine_min": float(cos.min()),
                      "drop": float(1 - cos.mean())})
     sens.sort(key=lambda s: s["drop"], reverse=True)
@@ -61,7 +55,7 @@ def search(spec: dict, texts: list[str], min_cosine_mean: float, min_cosine_min:
         if k not in memo:
             keep_k = set(order[:k])
             q = [n for n in names if n not in keep_k]
-            cos = _cosines(ref, run(quantize_dynamic_int8(base, q))) if q else _cosines(ref, ref)
+            cos = row_cosines(ref, run(quantize_dynamic_int8(base, q))) if q else row_cosines(ref, ref)
             memo[k] = bool(cos.mean() >= min_cosine_mean and cos.min() >= min_cosine_min)
             steps.append({"kept_high": k, "cosine_mean": float(cos.mean()), "cosine_min": float(cos.min()),
                           "meets_budget": memo[k]})
