@@ -91,7 +91,9 @@ class _Shape:
 class GraphedEmbedder(TorchEmbedder):
     """A TorchEmbedder on a GPU whose forward replays a captured graph per bucketed shape."""
 
-    compiles_per_shape = True  # the engine warms the usual shapes before /ready
+    # True would make the engine also run warm_shapes, capturing an overlapping set of shapes outside
+    # precapture's time cap; precapture is this engine's warm-up (serve calls it before /ready)
+    compiles_per_shape = False
 
     def __init__(self, emb: TorchEmbedder, max_tokens: int = 16384):
         super().__init__(emb.spec, emb.tokenizer, emb.model, emb.candidate, emb.device)
