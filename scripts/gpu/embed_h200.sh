@@ -35,9 +35,10 @@ PY
 /usr/bin/time -f "tune wall %e s" $I tune $M --device $DEV --quick --workload /tmp/texts512.jsonl --out $TUNE --json > "$OUT/tune.json"
 echo "tune exit $?"
 [ -d $TUNE/artifact ] || { echo "no artifact: stopping"; exit 1; }
-[ "$DEV" = cuda ] && { [ -d /tmp/minilm ] || $PY .gpu/restore.py /tmp/minilm; INFERTUNE_TEST_MINILM=/tmp/minilm $PY -m pytest -q -p no:cacheprovider tests/gpu/test_cuda_graphs.py -s 2>&1 | grep -E "^E |MiniLM|passed|failed|Error" | head -20; }
-# CUDA graphs off and on (auto), side by side in this run: served c=64 and the forward-only ceiling for each
-for G in ${GRAPHS:-off auto}; do
+[ "$DEV" = cuda ] && { [ -d /tmp/minilm ] || $PY .gpu/restore.py /tmp/minilm; INFERTUNE_TEST_MINILM=/tmp/minilm $PY -m pytest -q -p no:cacheprovider tests/gpu/test_cuda_graphs.py -s 2>&1 | grep -E "^E |MiniLM|packed|passed|failed|Error" | head -30; }
+# CUDA graphs over padded batches and (auto) over packed ones, side by side in this run: served c=64 and the
+# forward-only ceiling for each
+for G in ${GRAPHS:-padded auto}; do
   $I serve $TUNE/artifact --device $DEV --port 8000 --max-queue 4096 --cuda-graphs $G 2> "$OUT/serve_$G.log" &
   SRV=$!
   for _ in $(seq 1 300); do curl -sf localhost:8000/ready > /dev/null && break; sleep 1; done
@@ -46,7 +47,7 @@ for G in ${GRAPHS:-off auto}; do
   kill -TERM $SRV; wait $SRV; echo "serve ($G) exit $?"; grep -h "engine" "$OUT/serve_$G.log" | tail -3
   $I serve $TUNE/artifact --device $DEV --ceiling --workload /tmp/texts512.jsonl --cuda-graphs $G --json > "$OUT/ceiling_$G.json"
 done
-$PY - "$OUT" ${GRAPHS:-off auto} <<'PY'
+$PY - "$OUT" ${GRAPHS:-padded auto} <<'PY'
 import json, sys
 out, modes = sys.argv[1], sys.argv[2:]
 t = json.load(open(f"{out}/tune.json")); w = t.get("winner") or {}; b = t.get("baseline") or {}
@@ -58,4 +59,8 @@ for g in modes:
     c = json.load(open(f"{out}/ceiling_{g}.json")); p = json.load(open(f"{out}/bench_c64_{g}.json"))["points"][0]
     print(f"| {g} | {p['achieved_rps']:,.0f} | {p['latency_ms']['p50']} | {p['latency_ms']['p99']} | {p['valid']} | "
           f"{c['items_per_s']:,.0f} (n={c['n']}, {c['min']:,.0f}-{c['max']:,.0f}) | {p['achieved_rps'] / c['items_per_s']:.0%} |")
+for g in modes:
+    c = json.load(open(f"{out}/ceiling_{g}.json"))
+    print(f"ceiling {g}: packed {c.get('packed')}, {c['batches']} batches of {c['items_per_batch_mean']} items, "
+          f"budget {c['budget_tokens']}, graphs {c.get('cuda_graphs')}")
 PY

@@ -46,6 +46,30 @@ def plan_batches(lengths: Sequence[int], policy: Batching, max_padding: float | 
     return batches
 
 
+def plan_packed(lengths: Sequence[int], budget: int, max_items: int) -> list[list[int]]:
+    """Batches for an engine that runs them padding-free (a batch costs its real tokens): in arrival order, as
+    few as the token budget and item cap allow, split evenly (no small remainder batch)."""
+    n = len(lengths)
+    if n == 0:
+        return []
+    total = sum(max(1, int(x)) for x in lengths)
+    k = max(-(-total // max(budget, 1)), -(-n // max(max_items, 1)))
+    target = total / k
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    tokens = 0
+    for i, length in enumerate(lengths):
+        length = max(1, int(length))
+        over = tokens + length > budget or len(cur) >= max_items
+        if cur and (over or (tokens >= target and len(batches) < k - 1)):
+            batches.append(cur)
+            cur, tokens = [], 0
+        cur.append(i)
+        tokens += length
+    batches.append(cur)
+    return batches
+
+
 def fit_line(pairs: Sequence[tuple[float, float]]) -> tuple[float, float]:
     """(a, b) of y = a + b * x, robust to outliers (Theil-Sen): batch time against padded tokens."""
     import numpy as np

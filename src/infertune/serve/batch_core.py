@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from infertune.batching import bucket_rows, fit_line, plan_batches, plan_by_cost
+from infertune.batching import bucket_rows, fit_line, plan_batches, plan_by_cost, plan_packed
 from infertune.config import Batching
 
 log = logging.getLogger("infertune.serve")
@@ -124,7 +124,10 @@ class BatchCore:
         out = np.empty((len(lens), self.emb.spec.dim), dtype=np.float32)
         failed = np.zeros(len(lens), dtype=bool)
         err: tuple | None = None
-        if self.cost is not None:  # the split that the measured cost line says is fastest
+        if getattr(self.emb, "packed", False):  # padding-free batches (backends/packed_graphs.py): real tokens
+            padded = lens
+            plan = plan_packed(lens.tolist(), self.policy.size, self.s.max_batch_items)
+        elif self.cost is not None:  # the split that the measured cost line says is fastest
             plan = plan_by_cost(padded.tolist(), self.grown, *self.cost, rows=self.pad_rows)
         else:
             plan = plan_batches(padded.tolist(), self.policy, self.s.max_padding)
@@ -151,8 +154,10 @@ class BatchCore:
                 pooled = self.emb.forward(batch)
                 self.emb.synchronize()
                 took = time.perf_counter() - t0
+                # tokens the engine really ran: a packed engine says (real plus graph filler), else the padded batch
+                ran = int(getattr(self.emb, "ran_tokens", 0) or batch["input_ids"].size)
                 self.m.stage_seconds.labels("forward").observe(took)
-                self.timings.append((float(batch["input_ids"].size), took))
+                self.timings.append((float(ran), took))
                 out[idx] = self.emb.postprocess(pooled[:len(idx)])
             except Exception as e:  # noqa: BLE001 - this batch's requests fail, the engine goes on
                 log.exception("forward pass failed")
@@ -160,7 +165,7 @@ class BatchCore:
                 failed[idx] = True
                 err = (500, f"the batch holding this request failed: {type(e).__name__}: {e}", "server_error", None)
             else:
-                self.m.observe_batch(len(idx), batch["input_ids"].size, int(lens[idx].sum()))
+                self.m.observe_batch(len(idx), ran, int(lens[idx].sum()))
                 self.batches += 1
                 if self.batches % 32 == 0 and len(self.timings) >= 4:
                     self.cost = fit_line(self.timings)

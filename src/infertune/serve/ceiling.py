@@ -21,7 +21,7 @@ def forward_ceiling(model: str, device: str | None = None, texts: list[str] | No
                     cuda_graphs: str = "auto") -> dict[str, Any]:
     """Measure the ceiling; returns items/s (median, min, max, n rounds) and how batches were formed."""
     from infertune.artifact import load_model, read_manifest
-    from infertune.batching import pad_length, plan_batches
+    from infertune.batching import pad_length, plan_batches, plan_packed
     from infertune.config import Batching
     from infertune.models.resolve import resolve_model
     from infertune.serve.config import ServeConfig, resolve_settings
@@ -41,14 +41,20 @@ def forward_ceiling(model: str, device: str | None = None, texts: list[str] | No
         from infertune.backends.cuda_graphs import with_graphs
 
         emb, engine = with_graphs(emb, cuda_graphs, settings.batch_tokens)
+    if getattr(emb, "packing_checked", True) is False:  # a packed engine checks packing before we plan for it
+        emb.check_packing(emb._synthetic(2048, 32))
+    packed = getattr(emb, "packed", False)
     ids = sorted(emb.token_ids(texts), key=len)
-    lengths = [-(-len(x) // PAD_MULTIPLE) * PAD_MULTIPLE for x in ids]
+    lengths = [len(x) if packed else -(-len(x) // PAD_MULTIPLE) * PAD_MULTIPLE for x in ids]
     # the server's two budgets: the tuned one, and the grown one it packs under load
     budgets = sorted({settings.batch_tokens, max(settings.max_batch_tokens, settings.batch_tokens)})
     plans = {}
     for size in budgets:
-        plan = plan_batches(lengths, Batching(kind="tokens", size=size, max_items=settings.max_batch_items),
-                            settings.max_padding)
+        if packed:  # padding-free batches cost their real tokens: as few as the budget allows
+            plan = plan_packed(lengths, size, settings.max_batch_items)
+        else:
+            plan = plan_batches(lengths, Batching(kind="tokens", size=size, max_items=settings.max_batch_items),
+                                settings.max_padding)
         plans[size] = [pad_length(emb.collate([ids[i] for i in b]), PAD_MULTIPLE, emb.pad_id) for b in plan]
 
     def one_pass(batches: list) -> float:
@@ -78,6 +84,6 @@ def forward_ceiling(model: str, device: str | None = None, texts: list[str] | No
             "min": round(min(rates), 1), "max": round(max(rates), 1), "n": rounds,
             "texts": len(ids), "batches": len(sizes), "items_per_batch_mean": round(sum(sizes) / len(sizes), 1),
             "tokens_per_item_mean": round(sum(len(x) for x in ids) / len(ids), 1),
-            "budget_tokens": best, "max_items": settings.max_batch_items, "engine": engine,
+            "budget_tokens": best, "max_items": settings.max_batch_items, "engine": engine, "packed": packed,
             "cuda_graphs": dict(getattr(emb, "stats", {}), on=getattr(emb, "on", False)),
             "by_budget": {str(k): round(statistics.median(v), 1) for k, v in per_round.items()}}

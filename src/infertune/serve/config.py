@@ -63,9 +63,10 @@ class ServeConfig(BaseModel):
         ".json; a request picks one with the non-OpenAI field 'prompt_name' (as TEI does)"))
     default_prompt_name: str | None = Field(None, description=(
         "the prompt applied when a request names none (default: the model's own default_prompt_name, else none)"))
-    cuda_graphs: Literal["auto", "on", "off"] = Field("auto", description=(
+    cuda_graphs: Literal["auto", "on", "off", "padded"] = Field("auto", description=(
         "on a GPU, capture each bucketed batch shape of a PyTorch engine as a CUDA graph (checked against the "
-        "eager forward) and replay it: auto = wherever it can (PyTorch eager, float weights, SDPA attention)"))
+        "eager forward) and replay it: auto = wherever it can (PyTorch eager, float weights, SDPA attention), "
+        "with a decoder's batches packed padding-free; padded = graphs over padded batches only"))
     log_level: str = "warning"
     worker_process: bool = False  # run the model in a supervised child process, restarted when it dies
     worker_timeout_s: Seconds = Field(60.0, gt=0, description="a forward pass the worker does not answer within "

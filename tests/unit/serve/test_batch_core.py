@@ -189,3 +189,26 @@ def test_an_engine_with_its_own_row_buckets_is_collated_at_them():
                settings=_settings(batch_tokens=1 << 20, max_batch_tokens=1 << 20))
     assert [len(b["input_ids"]) for b in emb.batches] == [graph_rows(9)] == [12]
     assert len(got[0]) == 9
+
+
+def test_a_packed_engine_gets_arrival_order_batches_by_real_tokens():
+    """An engine that runs batches padding-free (packed = True) is planned by real tokens in arrival order: a
+    window within the token budget is one batch whatever its spread of lengths (a padded plan would split 1-token
+    rows from 60-token ones), a bigger one splits into even batches, and every request still gets its rows."""
+    emb = Recorder("cuda")
+    emb.packed = True
+    emb.pad_rows = lambda n: n
+    rng = random.Random(4)
+    reqs = _requests(rng, 40)
+    tokens = sum(len(r) for _, rows in reqs for r in rows)
+    got = _run(emb, {0: reqs}, settings=_settings(batch_tokens=tokens, max_batch_tokens=tokens, max_batch_items=4096),
+               cost=(1e-3, 1e-9))
+    assert len(emb.batches) == 1
+    back = {rid: rows for rid, rows, err in got[0]}
+    for rid, rows in reqs:
+        np.testing.assert_array_equal(back[rid], np.array([[sum(r), len(r), 1, 0] for r in rows], dtype=np.float32))
+    emb.batches.clear()
+    _run(emb, {0: reqs}, settings=_settings(batch_tokens=tokens // 3 + 60, max_batch_tokens=tokens,
+                                            max_batch_items=4096))
+    real = [int(b["attention_mask"].sum()) for b in emb.batches]
+    assert len(real) == 3 and sum(real) == tokens and max(real) - min(real) <= 2 * 60
