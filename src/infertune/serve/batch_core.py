@@ -69,6 +69,17 @@ class BatchCore:
         self.bucket = str(getattr(emb, "device", "cpu")).startswith("cuda")
         self.pad_width = getattr(emb, "pad_width", None)
         self.pad_rows = getattr(emb, "pad_rows", None)  # rows a batch really runs (CUDA graph buckets)
+        self.user_wait = (getattr(settings, "sources", None) or {}).get("max_wait_ms") == "flag"
+
+    def wait_s(self) -> float:
+        """How long a window waits for more work after its first item. A packed engine (a batch costs its real
+        tokens, CUDA graphs make its launch cheap) does not wait unless --max-wait-ms says so: work queues up
+        while the device runs, as in continuous batching. Session 10, H200, Qwen3-Embedding shape at
+        concurrency 64: the tuned wait (a tenth of a 16k-token batch, 8.35 ms) left the GPU idle after every
+        batch that had taken all waiting requests: 1,611 items/s against a 2,594 forward-only ceiling."""
+        if getattr(self.emb, "packed", False) and not self.user_wait:
+            return 0.0
+        return self.s.max_wait_ms / 1000
 
     # --- intake ------------------------------------------------------------------------------------------
     def _drain(self, timeout_ms: float) -> None:
@@ -92,7 +103,7 @@ class BatchCore:
             if stop.is_set():
                 return None
             self._drain(100)
-        deadline = self.pending[0].t + self.s.max_wait_ms / 1000
+        deadline = self.pending[0].t + self.wait_s()
         while True:
             rows = sum(len(c.lens) for c in self.pending)
             longest = max(int(c.lens.max()) for c in self.pending if len(c.lens))

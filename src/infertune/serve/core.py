@@ -154,6 +154,9 @@ def _serve_loop(conn: Any, ctx: Any, pull: Any, emb: Any, settings: Any, metrics
 
     threading.Thread(target=watch_launcher, name="infertune-engine-control", daemon=True).start()
     core = BatchCore(emb, settings, metrics, pull, send, seed)
+    if core.wait_s() != settings.max_wait_ms / 1000:
+        print(f"engine: packed batches start as soon as the device is free (no {settings.max_wait_ms} ms "
+              "batching wait; --max-wait-ms sets one)", file=sys.stderr, flush=True)
     metrics.watch_queue("batch", lambda: float(sum(len(c.lens) for c in list(core.pending))))
     core.loop(stop)
     if getattr(emb, "stats", None):  # CUDA graphs: how many shapes were captured and how batches ran

@@ -212,3 +212,13 @@ def test_a_packed_engine_gets_arrival_order_batches_by_real_tokens():
                                             max_batch_items=4096))
     real = [int(b["attention_mask"].sum()) for b in emb.batches]
     assert len(real) == 3 and sum(real) == tokens and max(real) - min(real) <= 2 * 60
+
+
+def test_a_packed_engine_does_not_wait_for_more_work_unless_told():
+    plain, packed = Recorder("cuda"), Recorder("cuda")
+    packed.packed = True
+    s = _settings(max_wait_ms=8.0)
+    assert BatchCore(plain, s, _Metrics(), None, None).wait_s() == 0.008
+    assert BatchCore(packed, s, _Metrics(), None, None).wait_s() == 0.0
+    s.sources = {"max_wait_ms": "flag"}  # the user's --max-wait-ms holds
+    assert BatchCore(packed, s, _Metrics(), None, None).wait_s() == 0.008
