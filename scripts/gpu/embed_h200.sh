@@ -36,30 +36,32 @@ PY
 echo "tune exit $?"
 [ -d $TUNE/artifact ] || { echo "no artifact: stopping"; exit 1; }
 [ "$DEV" = cuda ] && { [ -d /tmp/minilm ] || $PY .gpu/restore.py /tmp/minilm; INFERTUNE_TEST_MINILM=/tmp/minilm $PY -m pytest -q -p no:cacheprovider tests/gpu/test_cuda_graphs.py -s 2>&1 | grep -E "^E |MiniLM|packed|passed|failed|Error" | head -30; }
-# CUDA graphs over padded batches and (auto) over packed ones, side by side in this run: served c=64 and the
-# forward-only ceiling for each
-for G in ${GRAPHS:-padded auto}; do
-  $I serve $TUNE/artifact --device $DEV --port 8000 --max-queue 4096 --cuda-graphs $G 2> "$OUT/serve_$G.log" &
+# Modes side by side in this run (MODES, default "padded auto"): a CUDA-graph mode (padded batches, or auto =
+# packed ones for a decoder), optionally +waitMS for an explicit --max-wait-ms. Each: served c=64; the
+# forward-only ceiling once per graph mode.
+for G in ${MODES:-padded auto}; do
+  GM=${G%%+*}; EXTRA=""; case $G in *+wait*) EXTRA="--max-wait-ms ${G##*+wait}";; esac
+  $I serve $TUNE/artifact --device $DEV --port 8000 --max-queue 4096 --cuda-graphs $GM $EXTRA 2> "$OUT/serve_$G.log" &
   SRV=$!
   for _ in $(seq 1 300); do curl -sf localhost:8000/ready > /dev/null && break; sleep 1; done
   $I bench http://127.0.0.1:8000 --workload /tmp/texts512.jsonl --concurrency 64 --workers 4 --duration $S --warmup 5 --out /tmp/b64_$G 2>&1 | tail -2
   cp /tmp/b64_$G/bench.json "$OUT/bench_c64_$G.json"
-  kill -TERM $SRV; wait $SRV; echo "serve ($G) exit $?"; grep -h "engine" "$OUT/serve_$G.log" | tail -3
-  $I serve $TUNE/artifact --device $DEV --ceiling --workload /tmp/texts512.jsonl --cuda-graphs $G --json > "$OUT/ceiling_$G.json"
+  kill -TERM $SRV; wait $SRV; echo "serve ($G) exit $?"; grep -h "engine" "$OUT/serve_$G.log" | tail -4
+  [ -f "$OUT/ceiling_$GM.json" ] || $I serve $TUNE/artifact --device $DEV --ceiling --workload /tmp/texts512.jsonl --cuda-graphs $GM --json > "$OUT/ceiling_$GM.json"
 done
-$PY - "$OUT" ${GRAPHS:-padded auto} <<'PY'
+$PY - "$OUT" ${MODES:-padded auto} <<'PY'
 import json, sys
 out, modes = sys.argv[1], sys.argv[2:]
 t = json.load(open(f"{out}/tune.json")); w = t.get("winner") or {}; b = t.get("baseline") or {}
 print(f"\ntune winner {w.get('name')}: {w.get('items_per_s')} items/s in tune, naive {b.get('items_per_s')} "
       f"(cos {(b.get('accuracy') or {}).get('cosine_mean')}), wall {t.get('wall_s')} s")
-print("| CUDA graphs | served c=64 items/s | P50 ms | P99 ms | valid | ceiling items/s (n, range) | served / ceiling |")
+print("| mode | served c=64 items/s | P50 ms | P99 ms | valid | ceiling items/s (n, range) | served / ceiling |")
 print("|---|---:|---:|---:|---|---:|---:|")
 for g in modes:
-    c = json.load(open(f"{out}/ceiling_{g}.json")); p = json.load(open(f"{out}/bench_c64_{g}.json"))["points"][0]
+    c = json.load(open(f"{out}/ceiling_{g.split('+')[0]}.json")); p = json.load(open(f"{out}/bench_c64_{g}.json"))["points"][0]
     print(f"| {g} | {p['achieved_rps']:,.0f} | {p['latency_ms']['p50']} | {p['latency_ms']['p99']} | {p['valid']} | "
           f"{c['items_per_s']:,.0f} (n={c['n']}, {c['min']:,.0f}-{c['max']:,.0f}) | {p['achieved_rps'] / c['items_per_s']:.0%} |")
-for g in modes:
+for g in sorted({m.split('+')[0] for m in modes}):
     c = json.load(open(f"{out}/ceiling_{g}.json"))
     print(f"ceiling {g}: packed {c.get('packed')}, {c['batches']} batches of {c['items_per_batch_mean']} items, "
           f"budget {c['budget_tokens']}, graphs {c.get('cuda_graphs')}")
