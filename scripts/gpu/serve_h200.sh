@@ -4,7 +4,8 @@
 # Usage: serve_h200.sh [DEVICE_SETS] [FRONTENDS]   e.g. serve_h200.sh 0 8 ; serve_h200.sh "0 0,1" (one serve per
 # set, side by side in one run; FRONTENDS empty = the product's default)
 # Env: SECONDS_PER_POINT (15), SKIP_TUNE=1 (serve the untuned fp32 model), DEVICE=cpu (a dry run here),
-# GRAPHS (serve --cuda-graphs modes side by side, e.g. "auto off"; the ceiling uses the first).
+# GRAPHS (serve --cuda-graphs modes side by side, e.g. "auto off"; MODE+waitMS adds --max-wait-ms MS, e.g.
+# "auto auto+wait0"; the ceiling uses the first mode).
 set -uo pipefail
 if [ -d .whl ] && [ "${DEVICE:-cuda}" = cuda ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -33,9 +34,10 @@ EOF
 fi
 for DEVICES in $SETS; do
 for G in ${GRAPHS:-auto}; do
-TAG=${DEVICES//,/+}_$G
+GM=${G%%+*}; WAIT=""; case $G in *+wait*) WAIT="--max-wait-ms ${G##*+wait}";; esac
+TAG=${DEVICES//,/-}_${G//+/-}
 DEVFLAG=""; [ "$DEV" = cuda ] && DEVFLAG="--device cuda --devices $DEVICES"
-$I serve $ART $DEVFLAG ${FE:+--frontends $FE} --truncate --port 8000 --max-queue 4096 --cuda-graphs $G ${EXTRA_SERVE:-} 2> "$OUT/serve_$TAG.log" &
+$I serve $ART $DEVFLAG ${FE:+--frontends $FE} --truncate --port 8000 --max-queue 4096 --cuda-graphs $GM $WAIT ${EXTRA_SERVE:-} 2> "$OUT/serve_$TAG.log" &
 SRV=$!
 for _ in $(seq 1 240); do curl -sf localhost:8000/ready > /dev/null && break; sleep 1; done
 curl -s localhost:8000/ready | head -c 300; echo
@@ -47,14 +49,14 @@ done
 kill -TERM $SRV; wait $SRV; echo "serve exit $?"; tail -2 "$OUT/serve_$TAG.log"
 done
 done
-CUDA_VISIBLE_DEVICES=0 $I serve $ART ${DEV:+--device $DEV} --ceiling --cuda-graphs $(echo ${GRAPHS:-auto} | cut -d" " -f1) --json > "$OUT/ceiling.json"
+CUDA_VISIBLE_DEVICES=0 $I serve $ART ${DEV:+--device $DEV} --ceiling --cuda-graphs $(echo ${GRAPHS:-auto} | cut -d" " -f1 | cut -d+ -f1) --json > "$OUT/ceiling.json"
 $PY - "$OUT" "$SETS" "${GRAPHS:-auto}" <<'EOF'
 import json, sys
 out, sets, graphs = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
 c = json.load(open(f"{out}/ceiling.json"))
 f = lambda v: "n/a" if v is None else f"{v:.1f}"
 print(f"\n| point | req/s | items/s | P50 ms | P99 ms | valid | vs ceiling |\n|---|---:|---:|---:|---:|---|---:|")
-for name, per, devs in [(f"bench_{k}_{d.replace(',', '+')}_{g}", p, f"{d}, graphs {g}") for d in sets for g in graphs
+for name, per, devs in [(f"bench_{k}_{d.replace(',', '-')}_{g.replace('+', '-')}", p, f"{d}, graphs {g}") for d in sets for g in graphs
                         for k, p in (("c256", 1), ("b32", 32))]:
     b = json.load(open(f"{out}/{name}/bench.json"))
     for p in b["points"]:
