@@ -40,6 +40,10 @@ def write_manifest(path: Path, spec, candidate, result, saved: dict[str, Any]) -
             "accuracy_dimensions": result.config.get("dimensions"),
             "slo_p99_ms": result.config.get("slo", {}).get("p99_ms"),
             "threads": result.environment.threads,
+            # the tokenization parallelism the figure above was measured with, and the frontends per GPU that
+            # `serve` starts to match it (on a GPU tune tokenizes on every core; serve spreads that over frontend
+            # processes). serve reads frontends_per_gpu unless --frontends says otherwise
+            **_tokenization(result.config.get("device", "cpu")),
         },
         "load": {
             "python": f"infertune.artifact.load_embedder({str(path)!r})",
@@ -48,6 +52,16 @@ def write_manifest(path: Path, spec, candidate, result, saved: dict[str, Any]) -
     }
     (path / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return path / MANIFEST
+
+
+def _tokenization(device: str) -> dict[str, int]:
+    import os
+
+    from infertune.serve.launcher import default_frontends
+
+    cuda = device == "cuda"
+    return {"tokenizer_threads": (os.cpu_count() or 1) if cuda else 1,
+            "frontends_per_gpu": default_frontends("cuda", 1) if cuda else 1}
 
 
 def read_manifest(path: str | Path) -> dict[str, Any]:

@@ -151,7 +151,8 @@ def serve(config: ServeConfig) -> ServeResult:
     served = list(dict.fromkeys([name, config.model, Path(config.model).name]))
     from infertune.serve.launcher import Launcher, wants_processes
 
-    multi, devices, frontends = wants_processes(config, settings.device)
+    multi, devices, frontends = wants_processes(config, settings.device,
+                                                ((manifest or {}).get("tune") or {}).get("frontends_per_gpu"))
     if multi:
         if importlib.util.find_spec("zmq") is None:
             raise InfertuneError("serving with several frontends or devices needs pyzmq: pip install "

@@ -52,13 +52,17 @@ def cuda_devices(cfg: ServeConfig) -> list[str]:
     return [f"cuda:{i}" for i in range(n)]
 
 
-def wants_processes(cfg: ServeConfig, device: str) -> tuple[bool, list[str], int]:
-    """(multi-process?, devices, frontends) for this config."""
+def wants_processes(cfg: ServeConfig, device: str, tuned: int | None = None) -> tuple[bool, list[str], int]:
+    """(multi-process?, devices, frontends) for this config. `tuned`: the frontends per GPU the artifact's tune
+    figure was measured to match (manifest tune.frontends_per_gpu), used on a GPU unless --frontends is given,
+    never more than this host's default allows (an artifact tuned on a bigger host)."""
     if cfg.devices and device != "cuda":
         raise InfertuneError(f"--devices {','.join(cfg.devices)} picks GPUs; add --device cuda (this server's "
                              f"device is {device})")
     devices = cuda_devices(cfg) if device == "cuda" else ["cpu"]
     frontends = cfg.frontends or default_frontends(device, len(devices))
+    if not cfg.frontends and tuned and device == "cuda":
+        frontends = max(1, min(tuned * len(devices), frontends))
     return frontends > 1 or len(devices) > 1, devices, frontends
 
 

@@ -32,3 +32,25 @@ def test_explicit_devices_make_one_engine_each():
 def test_devices_without_cuda_is_a_clear_error():
     with pytest.raises(InfertuneError, match="--device cuda"):
         wants_processes(ServeConfig(devices=["0"]), "cpu")
+
+
+def test_an_artifact_tuned_frontend_count_is_used_on_a_gpu_within_this_hosts_default(monkeypatch):
+    """tune records the frontends per GPU its figure was measured to match; serve starts that many (times the
+    GPUs) unless --frontends says otherwise, capped by this host's own default (an artifact from a bigger host)."""
+    import infertune.serve.launcher as launcher
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 32)
+    monkeypatch.setattr(launcher, "cuda_devices", lambda cfg: ["cuda:0", "cuda:1"])
+    assert wants_processes(ServeConfig(), "cuda", tuned=3) == (True, ["cuda:0", "cuda:1"], 6)
+    assert wants_processes(ServeConfig(), "cuda", tuned=12)[2] == 16  # capped by 32 cores / 2
+    assert wants_processes(ServeConfig(frontends=2), "cuda", tuned=3)[2] == 2  # the flag wins
+    assert wants_processes(ServeConfig(), "cuda")[2] == 16
+    assert wants_processes(ServeConfig(), "cpu", tuned=8) == (False, ["cpu"], 1)  # CPU: the model owns the cores
+
+
+def test_the_manifest_records_the_tokenization_tune_measured_with(monkeypatch):
+    from infertune.artifact import _tokenization
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert _tokenization("cuda") == {"tokenizer_threads": 16, "frontends_per_gpu": 8}
+    assert _tokenization("cpu") == {"tokenizer_threads": 1, "frontends_per_gpu": 1}
