@@ -188,10 +188,10 @@ class PackedGraphEmbedder(GraphedEmbedder):
                 out = self._run_packed(t)
             if self.pool is None:
                 self.pool = graph.pool()
-        return _Shape(graph, t, None, out), warm
+        return _Shape(graph, t, None, out), warm  # a packed shape's static inputs: the dict of Packed.arrays
 
     # --- warm-up -------------------------------------------------------------------------------------------
-    def _synthetic(self, tokens: int, slots: int) -> dict[str, np.ndarray]:
+    def synthetic_batch(self, tokens: int, slots: int) -> dict[str, np.ndarray]:
         """`slots - 1` right-padded texts of mixed lengths (<= max_len) filling about `tokens` tokens."""
         texts = slots - 1
         avg = max(1, min(self.max_len, (tokens - 1) // texts))
@@ -209,7 +209,7 @@ class PackedGraphEmbedder(GraphedEmbedder):
         """Check packing once, then capture the usual packed shapes (smallest first, until `max_s`)."""
         t0 = time.perf_counter()
         if not self.packing_checked:
-            self.check_packing(self._synthetic(2048, 32))
+            self.check_packing(self.synthetic_batch(2048, 32))
         if not self.packed:
             return super().precapture(max(0.0, max_s - (time.perf_counter() - t0)), max_rows)
         shapes = packed_grid(self.max_tokens, self.max_len, slot_bucket(max_rows))
@@ -219,7 +219,7 @@ class PackedGraphEmbedder(GraphedEmbedder):
                 break
             if key in self.shapes:
                 continue
-            b = self._synthetic(*key)
+            b = self.synthetic_batch(*key)
             self._first_packed(key, varlen.Packed(b["input_ids"], b["attention_mask"], self.pad_id, *key))
             done += 1
         return {"shapes": len(shapes), "captured": self.stats["captured"], "tried": done,

@@ -42,7 +42,7 @@ def forward_ceiling(model: str, device: str | None = None, texts: list[str] | No
 
         emb, engine = with_graphs(emb, cuda_graphs, settings.batch_tokens)
     if getattr(emb, "packing_checked", True) is False:  # a packed engine checks packing before we plan for it
-        emb.check_packing(emb._synthetic(2048, 32))
+        emb.check_packing(emb.synthetic_batch(2048, 32))
     packed = getattr(emb, "packed", False)
     ids = sorted(emb.token_ids(texts), key=len)
     lengths = [len(x) if packed else -(-len(x) // PAD_MULTIPLE) * PAD_MULTIPLE for x in ids]
