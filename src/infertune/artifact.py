@@ -57,7 +57,7 @@ def write_manifest(path: Path, spec, candidate, result, saved: dict[str, Any]) -
 def _tokenization(device: str) -> dict[str, int]:
     import os
 
-    from infertune.serve.launcher import default_frontends
+    from infertune.serve.config import default_frontends
 
     cuda = device == "cuda"
     return {"tokenizer_threads": (os.cpu_count() or 1) if cuda else 1,

@@ -21,7 +21,7 @@ def test_graphs_replay_the_eager_vectors_faster():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     from infertune.artifact import load_model
-    from infertune.backends.cuda_graphs import with_graphs
+    from infertune.backends.graphs import with_graphs
 
     model = os.environ.get("INFERTUNE_TEST_MINILM", "minilm")  # the GPU image has no embedded-model package
     eager = load_model(model, "cuda")
@@ -65,7 +65,7 @@ def test_packed_graphs_give_each_text_alone(tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     from infertune.artifact import load_model
-    from infertune.backends.cuda_graphs import with_graphs
+    from infertune.backends.graphs import with_graphs
     from infertune.backends.packed_graphs import PackedGraphEmbedder
     from infertune.backends.torch_eager import TorchEmbedder
     from infertune.models.resolve import resolve_model

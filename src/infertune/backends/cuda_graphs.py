@@ -257,29 +257,3 @@ class GraphedEmbedder(TorchEmbedder):
         d["cuda_graphs"] = {"on": self.on, "shapes": len([s for s in self.shapes.values() if s is not None]),
                             "max_tokens": self.max_tokens, **self.stats}
         return d
-
-
-def with_graphs(emb: Any, mode: str = "auto", max_tokens: int = 16384) -> tuple[Any, str]:
-    """`emb` wrapped in CUDA graphs when `mode` is on/auto/padded and it can be, else unchanged; and why, in
-    words. A decoder's batches also run packed (padding-free) unless `mode` is padded. `on` where graphs cannot
-    run is an error (the user asked for them)."""
-    if mode == "off":
-        return emb, "CUDA graphs off (--cuda-graphs off)"
-    why = why_not(emb)
-    if why is not None:
-        if mode == "on":
-            from infertune.errors import InfertuneError
-
-            raise InfertuneError(f"--cuda-graphs on: {why}")
-        return emb, f"no CUDA graphs: {why}"
-    if mode != "padded":
-        from infertune.backends import varlen
-
-        if varlen.why_not(emb) is None:  # a decoder: padding-free batches, graphs over packed shapes
-            from infertune.backends.packed_graphs import PackedGraphEmbedder
-
-            return PackedGraphEmbedder(emb, max_tokens), (
-                f"CUDA graphs over packed batches (padding-free, FlashAttention varlen): each shape up to "
-                f"{max_tokens} tokens captured once, checked against eager (--cuda-graphs padded: padded batches)")
-    return GraphedEmbedder(emb, max_tokens), ("CUDA graphs: each bucketed batch shape up to "
-                                              f"{max_tokens} padded tokens captured once, checked against eager")

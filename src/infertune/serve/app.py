@@ -61,7 +61,7 @@ def _load(st: State) -> None:
 
             emb = load_model(st.cfg.model, st.settings.device, **st.cfg.load_options())
             if st.settings.device == "cuda":
-                from infertune.backends.cuda_graphs import with_graphs
+                from infertune.backends.graphs import with_graphs
 
                 emb, _ = with_graphs(emb, st.settings.cuda_graphs, st.settings.batch_tokens)
                 if hasattr(emb, "precapture"):

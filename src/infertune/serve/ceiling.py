@@ -38,7 +38,7 @@ def forward_ceiling(model: str, device: str | None = None, texts: list[str] | No
     emb = load_model(model, settings.device)
     engine = "as loaded"
     if settings.device == "cuda":  # the server's engine: the same CUDA-graph wrapping as `serve`
-        from infertune.backends.cuda_graphs import with_graphs
+        from infertune.backends.graphs import with_graphs
 
         emb, engine = with_graphs(emb, cuda_graphs, settings.batch_tokens)
     if getattr(emb, "packing_checked", True) is False:  # a packed engine checks packing before we plan for it

@@ -151,3 +151,10 @@ def resolve_settings(cfg: ServeConfig, manifest: dict[str, Any] | None) -> Setti
         cuda_graphs=cfg.cuda_graphs,
         sources=sources,
     )
+
+
+def default_frontends(device: str, gpus: int) -> int:
+    """One on CPU (the cores belong to the model); on GPUs half the cores, at most 8 per GPU."""
+    if device == "cpu":
+        return 1
+    return max(1, min(8 * max(1, gpus), (os.cpu_count() or 2) // 2))

@@ -58,7 +58,7 @@ def engine_main(conn: Any, index: int, model: str, device: str, threads: int | N
 
         emb = load_model(model, device, **(load_opts or {}))
         if device == "cuda":
-            from infertune.backends.cuda_graphs import with_graphs
+            from infertune.backends.graphs import with_graphs
 
             emb, graphs = with_graphs(emb, settings.get("cuda_graphs", "auto"),
                                       int(settings.get("batch_tokens") or 16384))

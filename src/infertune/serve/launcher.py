@@ -26,18 +26,11 @@ import time
 from typing import Any
 
 from infertune.errors import InfertuneError
-from infertune.serve.config import ServeConfig, ServeResult, Settings
+from infertune.serve.config import ServeConfig, ServeResult, Settings, default_frontends
 from infertune.serve.http import bind_tcp
 from infertune.serve.supervisor import _describe_exit, await_ready
 
 MP_ENV = "PROMETHEUS_MULTIPROC_DIR"
-
-
-def default_frontends(device: str, gpus: int) -> int:
-    """One on CPU (the cores belong to the model); on GPUs half the cores, at most 8 per GPU."""
-    if device == "cpu":
-        return 1
-    return max(1, min(8 * max(1, gpus), (os.cpu_count() or 2) // 2))
 
 
 def cuda_devices(cfg: ServeConfig) -> list[str]:

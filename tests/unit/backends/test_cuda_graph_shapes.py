@@ -112,3 +112,16 @@ def test_a_shape_that_fails_to_capture_runs_eagerly_and_a_wrong_graph_turns_grap
     got = g.forward(third)  # the eager rows answer; graphs go off
     assert not g.on
     np.testing.assert_allclose(got, super(type(g), g).forward(third), rtol=1e-4, atol=1e-5)
+
+
+def test_with_graphs_leaves_a_cpu_engine_as_it_is_and_refuses_on():
+    from infertune.artifact import load_model
+    from infertune.backends.graphs import with_graphs
+    from infertune.errors import InfertuneError
+
+    emb = load_model("minilm", "cpu")
+    for mode in ("auto", "padded", "off"):
+        got, why = with_graphs(emb, mode)
+        assert got is emb and why
+    with pytest.raises(InfertuneError, match="CUDA device"):
+        with_graphs(emb, "on")

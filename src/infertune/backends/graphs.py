@@ -1,0 +1,34 @@
+"""Which CUDA-graph engine serves a model: padded graphs (backends/cuda_graphs.py) or, for a decoder embedder,
+graphs over packed batches (backends/packed_graphs.py). One function, `with_graphs`, used by serve's engine, the
+in-process server and the ceiling."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infertune.backends import varlen
+
+
+def with_graphs(emb: Any, mode: str = "auto", max_tokens: int = 16384) -> tuple[Any, str]:
+    """`emb` wrapped in CUDA graphs when `mode` is on/auto/padded and it can be, else unchanged; and why, in
+    words. A decoder's batches also run packed (padding-free) unless `mode` is padded. `on` where graphs cannot
+    run is an error (the user asked for them)."""
+    if mode == "off":
+        return emb, "CUDA graphs off (--cuda-graphs off)"
+    from infertune.backends.cuda_graphs import GraphedEmbedder, why_not
+
+    why = why_not(emb)
+    if why is not None:
+        if mode == "on":
+            from infertune.errors import InfertuneError
+
+            raise InfertuneError(f"--cuda-graphs on: {why}")
+        return emb, f"no CUDA graphs: {why}"
+    if mode != "padded" and varlen.why_not(emb) is None:  # a decoder: padding-free batches, packed graphs
+        from infertune.backends.packed_graphs import PackedGraphEmbedder
+
+        return PackedGraphEmbedder(emb, max_tokens), (
+            f"CUDA graphs over packed batches (padding-free, FlashAttention varlen): each shape up to "
+            f"{max_tokens} tokens captured once, checked against eager (--cuda-graphs padded: padded batches)")
+    return GraphedEmbedder(emb, max_tokens), ("CUDA graphs: each bucketed batch shape up to "
+                                              f"{max_tokens} padded tokens captured once, checked against eager")
