@@ -94,3 +94,30 @@ def test_packed_graphs_give_each_text_alone(tmp_path):
     assert g.packed and g.on and g.stats["captured"] == 1 and g.stats["replays"] == 1, g.stats
     print(f"packed graphs: check cosine {g.stats['packing_check_cosine']}, graph {g.stats['worst_check_cosine']}",
           file=sys.stderr)
+
+
+@pytest.mark.gpu
+def test_packed_encoder_graphs_give_each_text_alone():
+    """MiniLM in fp16 with --cuda-graphs packed: bidirectional FlashAttention varlen, token types, mean pooling,
+    captured and replayed, give each text's vector run alone (half-precision bound)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from infertune.artifact import load_model
+    from infertune.backends.graphs import with_graphs
+    from infertune.backends.packed_graphs import PackedGraphEmbedder
+    from infertune.backends.torch_eager import TorchEmbedder
+
+    emb = load_model(os.environ.get("INFERTUNE_TEST_MINILM", "minilm"), "cuda")
+    emb.model.half()
+    g, why = with_graphs(emb, "packed")
+    assert isinstance(g, PackedGraphEmbedder), why
+    ids = g.token_ids(TEXTS)
+    want = np.concatenate([TorchEmbedder.forward(g, g.collate([row])) for row in ids])
+    batch = g.collate(ids)
+    first, again = g.forward(batch), g.forward(batch)
+    for got in (first, again):
+        cos = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+        assert cos.min() >= 0.999, cos
+    assert g.packed and g.on and g.stats["replays"] == 1, g.stats
+    print(f"packed encoder graphs: check cosine {g.stats['packing_check_cosine']}", file=sys.stderr)

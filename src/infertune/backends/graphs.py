@@ -10,21 +10,22 @@ from infertune.backends import varlen
 
 
 def with_graphs(emb: Any, mode: str = "auto", max_tokens: int = 16384) -> tuple[Any, str]:
-    """`emb` wrapped in CUDA graphs when `mode` is on/auto/padded and it can be, else unchanged; and why, in
-    words. A decoder's batches also run packed (padding-free) unless `mode` is padded. `on` where graphs cannot
-    run is an error (the user asked for them)."""
+    """`emb` wrapped in CUDA graphs when `mode` is on/auto/padded/packed and it can be, else unchanged; and why,
+    in words. A decoder's batches also run packed (padding-free) unless `mode` is padded; an encoder's only when
+    `mode` is packed. `on` or `packed` where graphs cannot run is an error (the user asked for them)."""
     if mode == "off":
         return emb, "CUDA graphs off (--cuda-graphs off)"
     from infertune.backends.cuda_graphs import GraphedEmbedder, why_not
 
     why = why_not(emb)
     if why is not None:
-        if mode == "on":
+        if mode in ("on", "packed"):
             from infertune.errors import InfertuneError
 
-            raise InfertuneError(f"--cuda-graphs on: {why}")
+            raise InfertuneError(f"--cuda-graphs {mode}: {why}")
         return emb, f"no CUDA graphs: {why}"
-    if mode != "padded" and varlen.why_not(emb) is None:  # a decoder: padding-free batches, packed graphs
+    # a decoder (or any model with --cuda-graphs packed): padding-free batches, graphs over packed shapes
+    if mode != "padded" and varlen.why_not(emb, encoders=mode == "packed") is None:
         from infertune.backends.packed_graphs import PackedGraphEmbedder
 
         return PackedGraphEmbedder(emb, max_tokens), (

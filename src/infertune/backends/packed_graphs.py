@@ -81,7 +81,7 @@ class PackedGraphEmbedder(GraphedEmbedder):
         return {k: torch.from_numpy(v).to(self.device) for k, v in p.arrays().items()}
 
     def _run_packed(self, t: dict[str, Any], max_len: int | None = None) -> Any:
-        return varlen.run_packed(self.model, self.spec.pooling, t, max_len or self.max_len)
+        return varlen.run_packed(self.model, self.spec.pooling, t, max_len or self.max_len, self.needs_token_types)
 
     def eager_packed(self, batch: dict[str, np.ndarray]) -> np.ndarray:
         """The packed forward without a graph (exact token and slot counts, the batch's own longest text)."""

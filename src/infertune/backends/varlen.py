@@ -12,8 +12,9 @@ How, with parts PyTorch and transformers already have:
   through to every layer. On a CPU (tests) the same function runs SDPA text by text.
 - positions restart at 0 for every text (rotary embeddings), so each text sees the positions it would alone.
 - pooling per text from the packed states: last token, first token, or mean (`pool_packed`).
-Decoders only: causal attention inside a text is all a packed row needs. An encoder would need a bidirectional
-varlen call and its token types; it keeps the padded path.
+Decoders by default (causal attention inside each text). Encoders (bidirectional, `is_causal` False on their
+attention modules, zero token types) pack the same way, but only on request (`--cuda-graphs packed`) until
+measured on a GPU.
 """
 
 from __future__ import annotations
@@ -29,15 +30,15 @@ POOLINGS = ("last", "cls", "mean", "mean_sqrt_len")
 _registered = False
 
 
-def _flash(q: Any, k: Any, v: Any, cu: Any, max_len: int, scale: float | None) -> Any:
-    """Causal varlen attention on [T, H, D] tensors (FlashAttention through PyTorch; GQA heads native)."""
+def _flash(q: Any, k: Any, v: Any, cu: Any, max_len: int, scale: float | None, causal: bool) -> Any:
+    """Varlen attention on [T, H, D] tensors (FlashAttention through PyTorch; GQA heads native)."""
     import torch
 
-    out = torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, max_len, max_len, 0.0, True, False, scale=scale)
+    out = torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, max_len, max_len, 0.0, causal, False, scale=scale)
     return out[0]
 
 
-def _reference(q: Any, k: Any, v: Any, cu: Any, max_len: int, scale: float | None) -> Any:
+def _reference(q: Any, k: Any, v: Any, cu: Any, max_len: int, scale: float | None, causal: bool) -> Any:
     """The same on any device: SDPA text by text (a CPU has no FlashAttention; the tests use this)."""
     import torch
     import torch.nn.functional as F
@@ -51,7 +52,7 @@ def _reference(q: Any, k: Any, v: Any, cu: Any, max_len: int, scale: float | Non
         qs, ks, vs = (x[a:b].transpose(0, 1) for x in (q, k, v))  # [H, n, D]
         if groups > 1:
             ks, vs = ks.repeat_interleave(groups, 0), vs.repeat_interleave(groups, 0)
-        out[a:b] = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale).transpose(0, 1)
+        out[a:b] = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, scale=scale).transpose(0, 1)
     return out
 
 
@@ -62,7 +63,7 @@ def _attention(module: Any, query: Any, key: Any, value: Any, attention_mask: An
     q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # [T, H, D]
     q, k, v = (x if x.is_contiguous() else x.contiguous() for x in (q, k, v))
     run = _flash if q.is_cuda else _reference
-    return run(q, k, v, cu, max_len, scaling).unsqueeze(0), None
+    return run(q, k, v, cu, max_len, scaling, bool(getattr(module, "is_causal", True))).unsqueeze(0), None
 
 
 def register() -> None:
@@ -87,11 +88,13 @@ def packed_attention(model: Any) -> Iterator[None]:
         cfg._attn_implementation = before
 
 
-def why_not(emb: Any) -> str | None:
-    """None when `emb`'s model can run packed batches, else why not (one sentence)."""
+def why_not(emb: Any, encoders: bool = False) -> str | None:
+    """None when `emb`'s model can run packed batches, else why not (one sentence). Encoders only when asked
+    (`--cuda-graphs packed`): their packed path is not yet measured on a GPU."""
     spec = getattr(emb, "spec", None)
-    if getattr(spec, "arch", None) != "decoder":
-        return "packing is for decoders (an encoder attends both ways and keeps the padded path)"
+    if getattr(spec, "arch", None) != "decoder" and not encoders:
+        return ("packing is on for decoders; an encoder keeps padded batches unless --cuda-graphs packed asks "
+                "(not yet measured on a GPU)")
     if spec.pooling not in POOLINGS:
         return f"pooling {spec.pooling!r} is not computed from packed rows"
     model = getattr(emb, "model", None)
@@ -140,14 +143,17 @@ class Packed:
                 "seg": self.seg, "lens": self.lens}
 
 
-def run_packed(model: Any, pooling: str, t: dict[str, Any], max_len: int) -> Any:
-    """The pooled vector of every slot ([slots, H], float32) from packed tensors `t` (see Packed.arrays)."""
+def run_packed(model: Any, pooling: str, t: dict[str, Any], max_len: int, token_types: bool = False) -> Any:
+    """The pooled vector of every slot ([slots, H], float32) from packed tensors `t` (see Packed.arrays).
+    `token_types`: the model takes token_type_ids (BERT); all zeros, given explicitly (its own default buffer
+    is only max_position_embeddings long, shorter than a packed row)."""
     import torch
 
+    kw: dict[str, Any] = {"token_type_ids": torch.zeros_like(t["ids"])[None]} if token_types else {}
     with packed_attention(model):
         hidden = model(input_ids=t["ids"][None], position_ids=t["pos"][None], cu_seq_lens_q=t["cu"],
-                       cu_seq_lens_k=t["cu"], max_length_q=max_len, max_length_k=max_len,
-                       use_cache=False).last_hidden_state[0]
+                       cu_seq_lens_k=t["cu"], max_length_q=max_len, max_length_k=max_len, use_cache=False,
+                       **kw).last_hidden_state[0]
     if pooling == "last":
         return hidden[t["last"]].float()
     if pooling == "cls":

@@ -63,10 +63,11 @@ class ServeConfig(BaseModel):
         ".json; a request picks one with the non-OpenAI field 'prompt_name' (as TEI does)"))
     default_prompt_name: str | None = Field(None, description=(
         "the prompt applied when a request names none (default: the model's own default_prompt_name, else none)"))
-    cuda_graphs: Literal["auto", "on", "off", "padded"] = Field("auto", description=(
+    cuda_graphs: Literal["auto", "on", "off", "padded", "packed"] = Field("auto", description=(
         "on a GPU, capture each bucketed batch shape of a PyTorch engine as a CUDA graph (checked against the "
         "eager forward) and replay it: auto = wherever it can (PyTorch eager, float weights, SDPA attention), "
-        "with a decoder's batches packed padding-free; padded = graphs over padded batches only"))
+        "with a decoder's batches packed padding-free; padded = graphs over padded batches only; packed = an "
+        "encoder's batches packed too (not yet measured on a GPU)"))
     log_level: str = "warning"
     worker_process: bool = False  # run the model in a supervised child process, restarted when it dies
     worker_timeout_s: Seconds = Field(60.0, gt=0, description="a forward pass the worker does not answer within "
@@ -110,10 +111,11 @@ def resolve_settings(cfg: ServeConfig, manifest: dict[str, Any] | None) -> Setti
     tune = (manifest or {}).get("tune") or {}
     device = cfg.device or (manifest or {}).get("device") or "cpu"
     cpu = device == "cpu"
-    if cfg.cuda_graphs == "on" and cpu:
+    if cfg.cuda_graphs in ("on", "packed") and cpu:
         from infertune.errors import InfertuneError
 
-        raise InfertuneError("--cuda-graphs on needs a GPU (--device cuda); this model would be served on cpu")
+        raise InfertuneError(f"--cuda-graphs {cfg.cuda_graphs} needs a GPU (--device cuda); this model would be "
+                             "served on cpu")
     sources: dict[str, Source] = {}
 
     def pick(name: str, flag: Any, measured: Any, default: Any) -> Any:

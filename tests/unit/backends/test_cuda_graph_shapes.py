@@ -123,5 +123,6 @@ def test_with_graphs_leaves_a_cpu_engine_as_it_is_and_refuses_on():
     for mode in ("auto", "padded", "off"):
         got, why = with_graphs(emb, mode)
         assert got is emb and why
-    with pytest.raises(InfertuneError, match="CUDA device"):
-        with_graphs(emb, "on")
+    for mode in ("on", "packed"):
+        with pytest.raises(InfertuneError, match="CUDA device"):
+            with_graphs(emb, mode)

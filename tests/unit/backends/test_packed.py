@@ -143,7 +143,31 @@ def test_a_packing_mismatch_falls_back_to_padded_batches(tiny_qwen3, monkeypatch
     assert _cos(out, _alone(g, ids)).min() >= 0.99999
 
 
-def test_why_not_packs_only_decoders(tiny_qwen3):
+def test_an_encoder_packs_only_when_asked_and_equals_each_text_alone():
+    """MiniLM (BERT, bidirectional, token types, mean pooling), real weights: packed only with encoders=True
+    (`--cuda-graphs packed`); then a bucketed packed batch gives each text's vector run alone."""
+    import torch
+
+    from infertune.artifact import load_model
+    from infertune.backends.packed_graphs import PackedGraphEmbedder
+
+    emb = load_model("minilm", "cpu")
+    assert "decoder" in varlen.why_not(emb) and varlen.why_not(emb, encoders=True) is None
+    g = PackedGraphEmbedder(emb)
+    g.on = False
+    ids = g.token_ids(TEXTS)
+    batch = g.collate(ids)
+    want = _alone(g, ids)
+    used = int(batch["attention_mask"].sum())
+    p = varlen.Packed(batch["input_ids"], batch["attention_mask"], g.pad_id, token_bucket(used), slot_bucket(len(ids)))
+    with torch.inference_mode():
+        got = g._run_packed(g._tensors(p))[: len(ids)].numpy()
+    assert _cos(got, want).min() >= 0.99999, _cos(got, want)
+    out = g.forward(batch)
+    assert g.packed and _cos(out, want).min() >= 0.99999
+
+
+def test_why_not_packs_only_decoders_by_default(tiny_qwen3):
     from infertune.artifact import load_model
 
     assert "decoder" in varlen.why_not(load_model("minilm", "cpu"))

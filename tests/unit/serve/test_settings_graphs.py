@@ -19,3 +19,9 @@ def test_graphs_on_without_a_gpu_is_an_error():
         resolve_settings(ServeConfig(device="cpu", cuda_graphs="on"), None)
     with pytest.raises(InfertuneError, match="needs a GPU"):
         resolve_settings(ServeConfig(cuda_graphs="on"), {"device": "cpu"})
+
+
+def test_packed_without_a_gpu_is_an_error_too():
+    assert resolve_settings(ServeConfig(device="cuda", cuda_graphs="packed"), None).cuda_graphs == "packed"
+    with pytest.raises(InfertuneError, match="--cuda-graphs packed needs a GPU"):
+        resolve_settings(ServeConfig(device="cpu", cuda_graphs="packed"), None)
