@@ -208,10 +208,13 @@ def test_a_packed_engine_gets_arrival_order_batches_by_real_tokens():
     for rid, rows in reqs:
         np.testing.assert_array_equal(back[rid], np.array([[sum(r), len(r), 1, 0] for r in rows], dtype=np.float32))
     emb.batches.clear()
-    _run(emb, {0: reqs}, settings=_settings(batch_tokens=tokens // 3 + 60, max_batch_tokens=tokens,
-                                            max_batch_items=4096))
+    third = tokens // 3 + 60
+    _run(emb, {0: reqs}, settings=_settings(batch_tokens=third, max_batch_tokens=third, max_batch_items=4096))
     real = [int(b["attention_mask"].sum()) for b in emb.batches]
     assert len(real) == 3 and sum(real) == tokens and max(real) - min(real) <= 2 * 60
+    emb.batches.clear()  # a window past the budget grows into the under-load budget, as padded batches do
+    _run(emb, {0: reqs}, settings=_settings(batch_tokens=third, max_batch_tokens=tokens, max_batch_items=4096))
+    assert len(emb.batches) == 1
 
 
 def test_a_packed_engine_does_not_wait_for_more_work_unless_told():
