@@ -28,6 +28,7 @@ How (all standard PyTorch, torch.cuda.CUDAGraph):
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -95,10 +96,12 @@ def why_not(emb: Any) -> str | None:
 
 
 class _Shape:
-    __slots__ = ("graph", "ids", "mask", "out")
+    """A captured graph, the static input tensors it reads (by name) and the output it writes."""
 
-    def __init__(self, graph: Any, ids: Any, mask: Any, out: Any):
-        self.graph, self.ids, self.mask, self.out = graph, ids, mask, out
+    __slots__ = ("graph", "inputs", "out")
+
+    def __init__(self, graph: Any, inputs: dict[str, Any], out: Any):
+        self.graph, self.inputs, self.out = graph, inputs, out
 
 
 class GraphedEmbedder(TorchEmbedder):
@@ -156,6 +159,17 @@ class GraphedEmbedder(TorchEmbedder):
         """The width a batch of this longest row runs at (the engine plans its batches with it)."""
         return bucket_width(width, max(width, self.spec.max_length))
 
+    def synthetic_rows(self, lens: list[int], width: int) -> tuple[np.ndarray, np.ndarray]:
+        """Right-padded rows of these lengths (ids, mask), as the engine collates them; token ids spread over the
+        vocabulary. What the warm-up captures and checks shapes on."""
+        vocab = max(2, len(self.tokenizer) if hasattr(self.tokenizer, "__len__") else 1000)
+        ids = np.full((len(lens), width), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(lens), width), dtype=np.int64)
+        for r, n in enumerate(lens):
+            ids[r, :n] = (np.arange(n) * 31 + r) % vocab
+            mask[r, :n] = 1
+        return ids, mask
+
     def precapture(self, max_s: float = 30.0, max_rows: int = 64) -> dict[str, Any]:
         """Capture the usual shapes before serving (smallest first, until `max_s`), each checked against the
         eager forward on the same (synthetic) rows; the rest are captured on first sight."""
@@ -163,27 +177,21 @@ class GraphedEmbedder(TorchEmbedder):
 
         t0 = time.perf_counter()
         shapes = grid(self.spec.max_length, self.max_tokens, max_rows)
-        vocab = max(2, len(self.tokenizer) if hasattr(self.tokenizer, "__len__") else 1000)
         done = 0
         for rows, width in shapes:
             if not self.on or time.perf_counter() - t0 > max_s:
                 break
             if (rows, width) in self.shapes:
                 continue
-            ids = np.full((rows, width), self.pad_id, dtype=np.int64)
-            mask = np.zeros((rows, width), dtype=np.int64)
-            for r in range(rows):  # mixed lengths, right-padded, as the engine collates them
-                n = max(1, width - (r * 7) % max(1, width // 2))
-                ids[r, :n] = (np.arange(n) * 31 + r) % vocab
-                mask[r, :n] = 1
-            self._first((rows, width), {"input_ids": ids, "attention_mask": mask}, ids, mask)
+            ids, mask = self.synthetic_rows([max(1, width - (r * 7) % max(1, width // 2)) for r in range(rows)],
+                                            width)
+            self._first_padded((rows, width), {"input_ids": ids, "attention_mask": mask}, ids, mask)
             done += 1
         took = time.perf_counter() - t0
         return {"shapes": len(shapes), "captured": self.stats["captured"], "tried": done, "seconds": round(took, 1)}
 
     # --- serving -------------------------------------------------------------------------------------------
     def forward(self, batch: dict[str, np.ndarray]) -> np.ndarray:
-        import torch
 
         rows = batch["input_ids"].shape[0]
         ids, mask = self.padded(batch)
@@ -194,36 +202,50 @@ class GraphedEmbedder(TorchEmbedder):
             return super().forward(batch)
         shape = self.shapes.get(key)
         if shape is None:
-            return self._first(key, batch, ids, mask)
+            return self._first_padded(key, batch, ids, mask)
+        return self._replay(shape, {"ids": ids, "mask": mask}, rows)
+
+    def _first_padded(self, key: tuple[int, int], batch: dict[str, np.ndarray], ids: np.ndarray,
+                      mask: np.ndarray) -> np.ndarray:
+        """`batch` (its rows bucketed to `ids`/`mask`) at first sight of its shape; eagerly if it cannot capture."""
+        return self._first(key, "batch shape", lambda: self._capture(ids, mask), batch["input_ids"].shape[0],
+                           lambda: TorchEmbedder.forward(self, batch))
+
+    # --- the graph mechanics, shared with packed graphs (backends/packed_graphs.py) -------------------------
+    def _replay(self, shape: _Shape, arrays: dict[str, np.ndarray], rows: int) -> np.ndarray:
+        """Copy `arrays` into the shape's static inputs (same names), replay, and return its first `rows` rows."""
+        import torch
+
         with torch.inference_mode():
-            shape.ids.copy_(torch.from_numpy(ids))
-            shape.mask.copy_(torch.from_numpy(mask))
+            for name, arr in arrays.items():
+                shape.inputs[name].copy_(torch.from_numpy(arr))
             shape.graph.replay()
             out = shape.out[:rows].cpu().numpy()
         self.stats["replays"] += 1
         return out
 
-    def _first(self, key: tuple[int, int], batch: dict[str, np.ndarray], ids: np.ndarray,
-               mask: np.ndarray) -> np.ndarray:
+    def _first(self, key: tuple[int, int], what: str, capture: Callable[[], tuple[_Shape, np.ndarray]],
+               rows: int, eager: Callable[[], np.ndarray]) -> np.ndarray:
         """First sight of a shape: capture it (the warm-up before the capture is an eager forward of these very
-        rows, and answers this batch), replay, and keep the graph only if the replay gives the same rows."""
-        rows = batch["input_ids"].shape[0]
+        rows, and answers this batch), replay, and keep the graph only if the replay gives the same rows. A
+        capture that raises marks the shape eager (`eager` answers); a replay that disagrees turns graphs off."""
         self.stats["eager_batches"] += 1
         try:
-            shape, warm = self._capture(ids, mask)
+            shape, warm = capture()
             want = warm[:rows]
             shape.graph.replay()
             got = shape.out[:rows].cpu().numpy()
         except Exception as e:  # noqa: BLE001 - a shape that cannot be captured runs eagerly
-            log.warning("CUDA graph capture failed for batch shape %s (it runs eagerly): %s: %s", key,
+            log.warning("CUDA graph capture failed for %s %s (it runs eagerly): %s: %s", what, key,
                         type(e).__name__, e)
             self.shapes[key] = None
             self.stats["eager_shapes"] += 1
-            return super().forward(batch)
+            return eager()
         cos = row_cosines(got, want)
         if not np.isfinite(cos).all() or cos.min() < self.min_cos:
-            log.warning("CUDA graphs turned off: the graph for batch shape %s gave min cosine %.6f against the "
-                        "eager forward (< %g); serving eagerly", key, float(np.nanmin(cos)), self.min_cos)
+            log.warning("CUDA graphs turned off: the graph for %s %s gave min cosine %.6f against the eager "
+                        "forward of the same rows (< %g); serving eagerly", what, key, float(np.nanmin(cos)),
+                        self.min_cos)
             self.on = False
             return want
         self.stats["worst_check_cosine"] = round(min(self.stats["worst_check_cosine"], float(cos.min())), 6)
@@ -231,26 +253,31 @@ class GraphedEmbedder(TorchEmbedder):
         self.stats["captured"] += 1
         return want
 
-    def _capture(self, ids: np.ndarray, mask: np.ndarray) -> tuple[_Shape, np.ndarray]:
-        """The graph for this shape, and the eager forward's rows from the warm-up that precedes it."""
+    def _record(self, run: Callable[..., Any], inputs: dict[str, Any]) -> tuple[_Shape, np.ndarray]:
+        """Capture `run(**inputs)` (device tensors) as a graph in the shared pool; return it with the output of
+        the eager warm-up run that precedes the capture (off the capture stream: cuBLAS workspaces, lazy inits)."""
         import torch
 
-        dev = torch.device(self.device)
         with torch.inference_mode():
-            t_ids = torch.from_numpy(ids).to(dev)
-            t_mask = torch.from_numpy(mask).to(dev)
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):  # warm-up off the capture (cuBLAS workspaces, lazy inits)
-                warm = self._run(t_ids, t_mask)
+            with torch.cuda.stream(side):
+                warm = run(**inputs)
             torch.cuda.current_stream().wait_stream(side)
             warm = warm.cpu().numpy()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.pool):
-                out = self._run(t_ids, t_mask)
+                out = run(**inputs)
             if self.pool is None:
                 self.pool = graph.pool()
-        return _Shape(graph, t_ids, t_mask, out), warm
+        return _Shape(graph, inputs, out), warm
+
+    def _capture(self, ids: np.ndarray, mask: np.ndarray) -> tuple[_Shape, np.ndarray]:
+        """The graph for this padded shape, and the eager forward's rows from the warm-up that precedes it."""
+        import torch
+
+        dev = torch.device(self.device)
+        return self._record(self._run, {"ids": torch.from_numpy(ids).to(dev), "mask": torch.from_numpy(mask).to(dev)})
 
     def describe(self) -> dict[str, Any]:
         d = super().describe()

@@ -112,7 +112,6 @@ class PackedGraphEmbedder(GraphedEmbedder):
         return True
 
     def forward(self, batch: dict[str, np.ndarray]) -> np.ndarray:
-        import torch
 
         if not self.packing_checked:
             self.check_packing(batch)
@@ -137,80 +136,42 @@ class PackedGraphEmbedder(GraphedEmbedder):
         shape = self.shapes.get(key)
         if shape is None:
             return self._first_packed(key, p)
-        with torch.inference_mode():
-            for name, arr in p.arrays().items():
-                shape.ids[name].copy_(torch.from_numpy(arr))
-            shape.graph.replay()
-            out = shape.out[:n].cpu().numpy()
-        self.stats["replays"] += 1
-        return out
+        return self._replay(shape, p.arrays(), n)
 
     def _first_packed(self, key: tuple[int, int], p: varlen.Packed) -> np.ndarray:
+        """`p` at first sight of its packed shape: captured and checked as padded shapes are (GraphedEmbedder);
+        a shape that cannot be captured runs packed eagerly, at its bucketed size."""
         import torch
 
-        self.stats["eager_batches"] += 1
-        try:
-            shape, warm = self._capture_packed(p)
-            want = warm[: p.n]
-            shape.graph.replay()
-            got = shape.out[: p.n].cpu().numpy()
-        except Exception as e:  # noqa: BLE001 - a shape that cannot be captured runs eagerly
-            log.warning("CUDA graph capture failed for packed shape %s (it runs eagerly): %s: %s", key,
-                        type(e).__name__, e)
-            self.shapes[key] = None
-            self.stats["eager_shapes"] += 1
+        def capture() -> tuple[_Shape, np.ndarray]:
+            return self._record(lambda **t: self._run_packed(t), self._tensors(p))
+
+        def eager() -> np.ndarray:
             with torch.inference_mode():
                 return self._run_packed(self._tensors(p))[: p.n].cpu().numpy()
-        cos = row_cosines(got, want)
-        if not np.isfinite(cos).all() or cos.min() < self.min_cos:
-            log.warning("CUDA graphs turned off: the graph for packed shape %s gave min cosine %.6f against the "
-                        "eager packed forward (< %g); serving eagerly", key, float(np.nanmin(cos)), self.min_cos)
-            self.on = False
-            return want
-        self.stats["worst_check_cosine"] = round(min(self.stats["worst_check_cosine"], float(cos.min())), 6)
-        self.shapes[key] = shape
-        self.stats["captured"] += 1
-        return want
 
-    def _capture_packed(self, p: varlen.Packed) -> tuple[_Shape, np.ndarray]:
-        import torch
-
-        with torch.inference_mode():
-            t = self._tensors(p)
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                warm = self._run_packed(t)
-            torch.cuda.current_stream().wait_stream(side)
-            warm = warm.cpu().numpy()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool):
-                out = self._run_packed(t)
-            if self.pool is None:
-                self.pool = graph.pool()
-        return _Shape(graph, t, None, out), warm  # a packed shape's static inputs: the dict of Packed.arrays
+        return self._first(key, "packed shape", capture, p.n, eager)
 
     # --- warm-up -------------------------------------------------------------------------------------------
-    def synthetic_batch(self, tokens: int, slots: int) -> dict[str, np.ndarray]:
+    def _synthetic_batch(self, tokens: int, slots: int) -> dict[str, np.ndarray]:
         """`slots - 1` right-padded texts of mixed lengths (<= max_len) filling about `tokens` tokens."""
         texts = slots - 1
         avg = max(1, min(self.max_len, (tokens - 1) // texts))
         lens = [max(1, min(self.max_len, avg - (r * 7) % max(1, avg // 2))) for r in range(texts)]
-        width = max(lens)
-        vocab = max(2, len(self.tokenizer) if hasattr(self.tokenizer, "__len__") else 1000)
-        ids = np.full((texts, width), self.pad_id, dtype=np.int64)
-        mask = np.zeros((texts, width), dtype=np.int64)
-        for r, n in enumerate(lens):
-            ids[r, :n] = (np.arange(n) * 31 + r) % vocab
-            mask[r, :n] = 1
+        ids, mask = self.synthetic_rows(lens, max(lens))
         return {"input_ids": ids, "attention_mask": mask}
+
+    def settle_packing(self) -> bool:
+        """Check packing now (on synthetic rows) unless a batch already did; whether batches run packed. For
+        callers that plan batches before the first forward (the warm-up, the ceiling)."""
+        if not self.packing_checked:
+            self.check_packing(self._synthetic_batch(2048, 32))
+        return self.packed
 
     def precapture(self, max_s: float = 30.0, max_rows: int = 64) -> dict[str, Any]:
         """Check packing once, then capture the usual packed shapes (smallest first, until `max_s`)."""
         t0 = time.perf_counter()
-        if not self.packing_checked:
-            self.check_packing(self.synthetic_batch(2048, 32))
-        if not self.packed:
+        if not self.settle_packing():
             return super().precapture(max(0.0, max_s - (time.perf_counter() - t0)), max_rows)
         shapes = packed_grid(self.max_tokens, self.max_len, slot_bucket(max_rows))
         done = 0
@@ -219,7 +180,7 @@ class PackedGraphEmbedder(GraphedEmbedder):
                 break
             if key in self.shapes:
                 continue
-            b = self.synthetic_batch(*key)
+            b = self._synthetic_batch(*key)
             self._first_packed(key, varlen.Packed(b["input_ids"], b["attention_mask"], self.pad_id, *key))
             done += 1
         return {"shapes": len(shapes), "captured": self.stats["captured"], "tried": done,

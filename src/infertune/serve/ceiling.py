@@ -41,9 +41,8 @@ def forward_ceiling(model: str, device: str | None = None, texts: list[str] | No
         from infertune.backends.graphs import with_graphs
 
         emb, engine = with_graphs(emb, cuda_graphs, settings.batch_tokens)
-    if getattr(emb, "packing_checked", True) is False:  # a packed engine checks packing before we plan for it
-        emb.check_packing(emb.synthetic_batch(2048, 32))
-    packed = getattr(emb, "packed", False)
+    # a packed engine decides whether it packs before we plan batches for it
+    packed = emb.settle_packing() if hasattr(emb, "settle_packing") else False
     ids = sorted(emb.token_ids(texts), key=len)
     lengths = [len(x) if packed else -(-len(x) // PAD_MULTIPLE) * PAD_MULTIPLE for x in ids]
     # the server's two budgets: the tuned one, and the grown one it packs under load
