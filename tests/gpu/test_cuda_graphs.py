@@ -6,9 +6,15 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
+
+from infertune.verify import row_cosines
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+from tiny_models import tiny_model_dir  # noqa: E402
 
 TEXTS = ["hi", "What is the capital of France?", "ok", "a b c d e f g", "x",
          "The quarterly report shows revenue growth of four percent, driven mostly by cloud services in Europe.",
@@ -33,7 +39,7 @@ def test_graphs_replay_the_eager_vectors_faster():
         first = g.forward(batch)  # first sight: eager answer, capture, check
         again = g.forward(batch)  # replay
         for got in (first, again):
-            cos = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+            cos = row_cosines(got, want)
             assert cos.min() >= 0.9999
     assert g.on and g.stats["captured"] == 3 and g.stats["replays"] == 3, g.stats  # shapes (1,16) (3,16) (8,24)
     batch = g.collate(ids[:3])
@@ -53,44 +59,41 @@ def test_graphs_replay_the_eager_vectors_faster():
     assert g_ms < e_ms
 
 
-@pytest.mark.gpu
-def test_packed_graphs_give_each_text_alone(tmp_path):
-    """A decoder embedder (a tiny random Qwen3 in bf16: GQA, q/k norms): packed batches through FlashAttention
-    varlen, captured and replayed, give each text's vector run alone (bf16 bound)."""
-    import json
-    import shutil
-    from pathlib import Path
-
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    from infertune.artifact import load_model
+def _packed_graphs_equal_alone(emb, mode: str):
+    """`emb` wrapped by with_graphs(mode) as packed graphs; on TEXTS the first forward (packing check, capture and
+    its check) and the second (a replay) both give each text's vector run alone (half-precision bound)."""
     from infertune.backends.graphs import with_graphs
     from infertune.backends.packed_graphs import PackedGraphEmbedder
     from infertune.backends.torch_eager import TorchEmbedder
-    from infertune.models.resolve import resolve_model
 
-    src = Path(resolve_model(os.environ.get("INFERTUNE_TEST_MINILM", "minilm")).path)
-    d = tmp_path / "Qwen3-Embedding-tiny"
-    d.mkdir()
-    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
-        if (src / f).exists():
-            shutil.copy(src / f, d / f)
-    (d / "config.json").write_text(json.dumps({
-        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 256, "intermediate_size": 512,
-        "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 32,
-        "vocab_size": 30522, "max_position_embeddings": 512, "tie_word_embeddings": True}))
-    emb = load_model(str(d), "cuda", task="embed")
-    emb.model.to(torch.bfloat16)
-    g, why = with_graphs(emb, "on")
+    g, why = with_graphs(emb, mode)
     assert isinstance(g, PackedGraphEmbedder), why
     ids = g.token_ids(TEXTS)
     want = np.concatenate([TorchEmbedder.forward(g, g.collate([row])) for row in ids])
     batch = g.collate(ids)
-    first, again = g.forward(batch), g.forward(batch)  # check packing, capture + check; then replay
-    for got in (first, again):
-        cos = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+    for got in (g.forward(batch), g.forward(batch)):
+        cos = row_cosines(got, want)
         assert cos.min() >= 0.999, cos
+    return g
+
+
+@pytest.mark.gpu
+def test_packed_graphs_give_each_text_alone(tmp_path):
+    """A decoder embedder (a tiny random Qwen3 in bf16: GQA, q/k norms): packed batches through FlashAttention
+    varlen, captured and replayed, give each text's vector run alone (bf16 bound)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from infertune.artifact import load_model
+
+    d = tiny_model_dir(tmp_path, "Qwen3-Embedding-tiny", {
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 256, "intermediate_size": 512,
+        "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 32,
+        "vocab_size": 30522, "max_position_embeddings": 512, "tie_word_embeddings": True},
+        tokenizer_from=os.environ.get("INFERTUNE_TEST_MINILM", "minilm"))
+    emb = load_model(str(d), "cuda", task="embed")
+    emb.model.to(torch.bfloat16)
+    g = _packed_graphs_equal_alone(emb, "on")
     assert g.packed and g.on and g.stats["captured"] == 1 and g.stats["replays"] == 1, g.stats
     print(f"packed graphs: check cosine {g.stats['packing_check_cosine']}, graph {g.stats['worst_check_cosine']}",
           file=sys.stderr)
@@ -104,20 +107,9 @@ def test_packed_encoder_graphs_give_each_text_alone():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     from infertune.artifact import load_model
-    from infertune.backends.graphs import with_graphs
-    from infertune.backends.packed_graphs import PackedGraphEmbedder
-    from infertune.backends.torch_eager import TorchEmbedder
 
     emb = load_model(os.environ.get("INFERTUNE_TEST_MINILM", "minilm"), "cuda")
     emb.model.half()
-    g, why = with_graphs(emb, "packed")
-    assert isinstance(g, PackedGraphEmbedder), why
-    ids = g.token_ids(TEXTS)
-    want = np.concatenate([TorchEmbedder.forward(g, g.collate([row])) for row in ids])
-    batch = g.collate(ids)
-    first, again = g.forward(batch), g.forward(batch)
-    for got in (first, again):
-        cos = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
-        assert cos.min() >= 0.999, cos
+    g = _packed_graphs_equal_alone(emb, "packed")
     assert g.packed and g.on and g.stats["replays"] == 1, g.stats
     print(f"packed encoder graphs: check cosine {g.stats['packing_check_cosine']}", file=sys.stderr)

@@ -7,8 +7,7 @@ where converted, the real SmolLM2 weights. The kernel and the graphs themselves 
 from __future__ import annotations
 
 import dataclasses
-import json
-import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,10 @@ import pytest
 from infertune.backends import varlen
 from infertune.backends.packed_graphs import packed_grid, slot_bucket, token_bucket
 from infertune.batching import plan_packed
+from infertune.verify import row_cosines
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures"))
+from tiny_models import tiny_model_dir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 TEXTS = ["hi", "What is the capital of France?", "ok",
@@ -68,19 +71,11 @@ def test_packed_layout():
 @pytest.fixture(scope="module")
 def tiny_qwen3(tmp_path_factory):
     """A 2-layer random Qwen3 embedder (GQA 4:2 heads, q/k norms), MiniLM's tokenizer."""
-    from infertune.models.resolve import resolve_model
-
-    d = tmp_path_factory.mktemp("m") / "Qwen3-Embedding-tiny"
-    d.mkdir()
-    src = Path(resolve_model("minilm").path)
-    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
-        shutil.copy(src / f, d / f)
-    (d / "config.json").write_text(json.dumps({
+    return str(tiny_model_dir(tmp_path_factory.mktemp("m"), "Qwen3-Embedding-tiny", {
         "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
         "vocab_size": 30522, "max_position_embeddings": 512, "tie_word_embeddings": True,
         "torch_dtype": "float32"}))
-    return str(d)
 
 
 def _emb(model: str):
@@ -96,36 +91,38 @@ def _alone(g, ids):
     return np.concatenate([TorchEmbedder.forward(g, g.collate([row])) for row in ids])
 
 
-def _cos(a, b):
-    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+def _packed_equals_alone(g) -> tuple[dict, np.ndarray, int]:
+    """Checks `g` (graphs off: they need a GPU) on TEXTS: a packed batch at a graph's bucketed size (filler
+    tokens, empty slots) and then the engine's path (packing checked once against the padded forward, batches
+    run packed at their own size) both give each text's vector run alone. Returns the batch, the engine's
+    output and the batch's real tokens."""
+    import torch
+
+    g.on = False
+    ids = g.token_ids(TEXTS)
+    batch = g.collate(ids)
+    want = _alone(g, ids)
+    used = int(batch["attention_mask"].sum())
+    p = varlen.Packed(batch["input_ids"], batch["attention_mask"], g.pad_id, token_bucket(used), slot_bucket(len(ids)))
+    with torch.inference_mode():
+        got = g._run_packed(g._tensors(p))[: len(ids)].numpy()
+    assert row_cosines(got, want).min() >= 0.99999, row_cosines(got, want)
+    out = g.forward(batch)
+    assert g.packed and row_cosines(out, want).min() >= 0.99999
+    return batch, out, used
 
 
 @pytest.mark.parametrize("which", ["tiny-qwen3", "smollm2"])
 @pytest.mark.parametrize("pooling", ["last", "mean"])
 def test_packed_batch_equals_each_text_alone(which, pooling, tiny_qwen3):
-    import torch
-
     model = tiny_qwen3 if which == "tiny-qwen3" else str(ROOT / ".cache" / "smollm2_hf")
     if which == "smollm2" and not Path(model, "config.json").exists():
         pytest.skip("SmolLM2 HF directory not converted (make vllm-env)")
     g = _emb(model)
     g.spec = dataclasses.replace(g.spec, pooling=pooling)
     assert varlen.why_not(g) is None
-    ids = g.token_ids(TEXTS)
-    batch = g.collate(ids)
-    want = _alone(g, ids)
-    # bucketed as a graph runs it: filler tokens and empty slots past the texts change nothing
-    used = int(batch["attention_mask"].sum())
-    p = varlen.Packed(batch["input_ids"], batch["attention_mask"], g.pad_id, token_bucket(used), slot_bucket(len(ids)))
-    with torch.inference_mode():
-        got = g._run_packed(g._tensors(p))[: len(ids)].numpy()
-    assert _cos(got, want).min() >= 0.99999, _cos(got, want)
-    # the engine's path (graphs off: they need a GPU): packing checked once against the padded forward, then
-    # batches run packed at their own size
-    g.on = False
-    out = g.forward(batch)
-    assert g.packed and g.stats["packing_check_cosine"] >= 0.99999
-    assert g.ran_tokens == used and _cos(out, want).min() >= 0.99999
+    _, _, used = _packed_equals_alone(g)
+    assert g.stats["packing_check_cosine"] >= 0.99999 and g.ran_tokens == used
 
 
 def test_a_packing_mismatch_falls_back_to_padded_batches(tiny_qwen3, monkeypatch):
@@ -140,31 +137,18 @@ def test_a_packing_mismatch_falls_back_to_padded_batches(tiny_qwen3, monkeypatch
     batch = g.collate(ids)
     out = g.forward(batch)
     assert not g.packed and g.pad_rows(5) >= 5
-    assert _cos(out, _alone(g, ids)).min() >= 0.99999
+    assert row_cosines(out, _alone(g, ids)).min() >= 0.99999
 
 
 def test_an_encoder_packs_only_when_asked_and_equals_each_text_alone():
     """MiniLM (BERT, bidirectional, token types, mean pooling), real weights: packed only with encoders=True
     (`--cuda-graphs packed`); then a bucketed packed batch gives each text's vector run alone."""
-    import torch
-
     from infertune.artifact import load_model
     from infertune.backends.packed_graphs import PackedGraphEmbedder
 
     emb = load_model("minilm", "cpu")
     assert "decoder" in varlen.why_not(emb) and varlen.why_not(emb, encoders=True) is None
-    g = PackedGraphEmbedder(emb)
-    g.on = False
-    ids = g.token_ids(TEXTS)
-    batch = g.collate(ids)
-    want = _alone(g, ids)
-    used = int(batch["attention_mask"].sum())
-    p = varlen.Packed(batch["input_ids"], batch["attention_mask"], g.pad_id, token_bucket(used), slot_bucket(len(ids)))
-    with torch.inference_mode():
-        got = g._run_packed(g._tensors(p))[: len(ids)].numpy()
-    assert _cos(got, want).min() >= 0.99999, _cos(got, want)
-    out = g.forward(batch)
-    assert g.packed and _cos(out, want).min() >= 0.99999
+    _packed_equals_alone(PackedGraphEmbedder(emb))
 
 
 def test_why_not_packs_only_decoders_by_default(tiny_qwen3):

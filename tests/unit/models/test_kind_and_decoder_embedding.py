@@ -4,7 +4,8 @@ dimensions in the request schema, and random weights from a config.json."""
 from __future__ import annotations
 
 import json
-import shutil
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -13,6 +14,9 @@ import pytest
 from infertune.errors import InfertuneError
 from infertune.models.kind import model_kind
 from infertune.models.resolve import resolve_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures"))
+from tiny_models import tiny_model_dir  # noqa: E402
 
 
 def _model_dir(root, name: str, config: dict, weights: bool = True, **files: str):
@@ -102,17 +106,11 @@ def test_spec_reads_prompts_and_random_weights_from_a_config(tmp_path, monkeypat
     from infertune.models.embedding import embedding_spec
 
     monkeypatch.setenv("INFERTUNE_CACHE", str(tmp_path / "cache"))
-    st = resolve_model("minilm").path
-    d = tmp_path / "tiny-bert"
-    d.mkdir()
-    for f in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json"):
-        if (st / f).exists():
-            shutil.copy(st / f, d / f)
-    (d / "config.json").write_text(json.dumps({
+    d = tiny_model_dir(tmp_path, "tiny-bert", {
         "architectures": ["BertModel"], "model_type": "bert", "hidden_size": 32, "num_hidden_layers": 2,
-        "num_attention_heads": 2, "intermediate_size": 64, "vocab_size": 30522, "max_position_embeddings": 64}))
-    (d / "config_sentence_transformers.json").write_text(json.dumps(
-        {"prompts": {"query": "query: ", "document": ""}, "default_prompt_name": "query"}))
+        "num_attention_heads": 2, "intermediate_size": 64, "vocab_size": 30522, "max_position_embeddings": 64},
+        config_sentence_transformers__json={"prompts": {"query": "query: ", "document": ""},
+                                            "default_prompt_name": "query"})
     spec = embedding_spec(d / "config.json", prompts={"passage": "passage: "})
     assert spec.random_weights and spec.dim == 32 and spec.pooling == "mean"
     assert spec.prompts == {"query": "query: ", "document": "", "passage": "passage: "}
