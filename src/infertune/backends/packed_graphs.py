@@ -132,7 +132,7 @@ class PackedGraphEmbedder(GraphedEmbedder):
             return self.eager_packed(batch)
         self.stats["packed_tokens"] += key[0]
         self.ran_tokens = key[0]
-        p = varlen.Packed(ids, mask, self.pad_id, *key)
+        p = varlen.Packed(ids, mask, self.pad_id, *key, max_len=self.max_len)
         shape = self.shapes.get(key)
         if shape is None:
             return self._first_packed(key, p)
@@ -181,7 +181,8 @@ class PackedGraphEmbedder(GraphedEmbedder):
             if key in self.shapes:
                 continue
             b = self._synthetic_batch(*key)
-            self._first_packed(key, varlen.Packed(b["input_ids"], b["attention_mask"], self.pad_id, *key))
+            p = varlen.Packed(b["input_ids"], b["attention_mask"], self.pad_id, *key, max_len=self.max_len)
+            self._first_packed(key, p)
             done += 1
         return {"shapes": len(shapes), "captured": self.stats["captured"], "tried": done,
                 "seconds": round(time.perf_counter() - t0, 1), "packed": self.packed}

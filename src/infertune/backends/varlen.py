@@ -113,12 +113,14 @@ def why_not(emb: Any, encoders: bool = False) -> str | None:
 
 class Packed:
     """One batch laid out packed (numpy): `slots` sequences of which the first `n` are the texts, then one that
-    holds the filler tokens up to `tokens`, then empty ones (FlashAttention skips them)."""
+    holds the filler tokens up to `tokens`, then empty ones (FlashAttention skips them). The filler's positions
+    wrap at `max_len`: a model with a position table (BERT: 512 rows) has no row past it (session 11, H200: MiniLM
+    packed serve hit "index out of bounds" on a 4,096-token filler; decoders' rotary positions had hidden it)."""
 
     __slots__ = ("ids", "pos", "cu", "first", "last", "seg", "lens", "n")
 
     def __init__(self, ids: np.ndarray, mask: np.ndarray, pad_id: int, tokens: int | None = None,
-                 slots: int | None = None):
+                 slots: int | None = None, max_len: int = 512):
         lens = mask.sum(1).astype(np.int64)
         used = int(lens.sum())
         self.n = n = len(lens)
@@ -133,6 +135,7 @@ class Packed:
         np.cumsum(seq, out=cu[1:])
         self.cu = cu.astype(np.int32)
         self.pos = np.arange(tokens, dtype=np.int64) - np.repeat(cu[:-1], seq)
+        self.pos[used:] %= max(1, max_len)
         self.first = cu[:-1].copy()
         self.last = np.maximum(cu[1:] - 1, 0)
         self.seg = np.repeat(np.arange(slots, dtype=np.int64), seq)

@@ -64,6 +64,8 @@ def test_packed_layout():
     assert p.pos.tolist() == [0, 1, 2, 0, 0, 1, 0, 1, 2, 3]  # positions restart per text; filler too
     assert p.last[:3].tolist() == [2, 3, 5] and p.first[:3].tolist() == [0, 3, 4]
     assert p.seg.tolist() == [0, 0, 0, 1, 2, 2, 3, 3, 3, 3] and p.lens[:4].tolist() == [3, 1, 2, 4]
+    wrapped = varlen.Packed(ids, mask, pad_id=0, tokens=10, slots=16, max_len=3)  # a position table of 3 rows
+    assert wrapped.pos.tolist() == [0, 1, 2, 0, 0, 1, 0, 1, 2, 0]  # the filler's positions wrap; texts' do not
     exact = varlen.Packed(ids, mask, pad_id=0)  # no buckets: the batch's own tokens and one empty filler
     assert len(exact.ids) == 6 and exact.cu.tolist() == [0, 3, 4, 6, 6]
 
@@ -143,12 +145,20 @@ def test_a_packing_mismatch_falls_back_to_padded_batches(tiny_qwen3, monkeypatch
 def test_an_encoder_packs_only_when_asked_and_equals_each_text_alone():
     """MiniLM (BERT, bidirectional, token types, mean pooling), real weights: packed only with encoders=True
     (`--cuda-graphs packed`); then a bucketed packed batch gives each text's vector run alone."""
+    import torch
+
     from infertune.artifact import load_model
     from infertune.backends.packed_graphs import PackedGraphEmbedder
 
     emb = load_model("minilm", "cpu")
     assert "decoder" in varlen.why_not(emb) and varlen.why_not(emb, encoders=True) is None
-    _packed_equals_alone(PackedGraphEmbedder(emb))
+    g = PackedGraphEmbedder(emb)
+    batch, out, used = _packed_equals_alone(g)
+    # a graph's filler can be longer than BERT's 512-row position table (a 4,096-token bucket): positions wrap
+    p = varlen.Packed(batch["input_ids"], batch["attention_mask"], g.pad_id, used + 1500, 16, max_len=g.max_len)
+    with torch.inference_mode():
+        got = g._run_packed(g._tensors(p))[: len(out)].numpy()
+    assert row_cosines(got, out).min() >= 0.99999
 
 
 def test_why_not_packs_only_decoders_by_default(tiny_qwen3):
