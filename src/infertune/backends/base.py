@@ -32,11 +32,18 @@ class Embedder:
         self.device = device
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
         self.needs_token_types = True
+        self._fast: Any = None  # texts -> ids from the Rust tokenizer, once checked equal (fast_tokens.py)
 
     # --- stages -------------------------------------------------------------------------------
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """Tokenize with truncation to the model's limit (special tokens included)."""
-        return self.tokenizer(list(texts), truncation=True, max_length=self.spec.max_length)["input_ids"]
+        """Tokenize with truncation to the model's limit (special tokens included): transformers' ids, from the
+        Rust tokenizer directly where it gives the same (fast_tokens.py)."""
+        from infertune.fast_tokens import fast_encoder, reference_ids
+
+        fast = getattr(self, "_fast", None)
+        if fast is None:
+            fast = self._fast = fast_encoder(self.tokenizer, self.spec.max_length) or False
+        return fast(texts) if fast else reference_ids(self.tokenizer, texts, self.spec.max_length)
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Untruncated lengths: to report and reject over-length input."""
@@ -66,6 +73,18 @@ class Embedder:
 
     def synchronize(self) -> None:
         """Wait for queued device work (CUDA backends override)."""
+
+    # an engine overlaps its host work with the device's: start a batch, do other work, then collect it.
+    # Synchronous by default (the handle is the result); CUDA backends return before the device is done.
+    async_launch = False
+
+    def launch(self, batch: dict[str, np.ndarray]) -> Any:
+        """Start `forward(batch)`; `collect` of the returned handle gives its rows."""
+        return self.forward(batch)
+
+    def collect(self, handle: Any) -> np.ndarray:
+        """The pooled rows of a launched batch (waits for the device)."""
+        return handle
 
     # --- whole pipelines ----------------------------------------------------------------------
     def embed(self, texts: Sequence[str], batching: Batching | None = None, pooled: bool = False) -> np.ndarray:

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from infertune.backends.torch_eager import TorchEmbedder, right_padded
+from infertune.backends.torch_eager import Pending, TorchEmbedder, collect, right_padded, to_host
 from infertune.models.embedding import pool
 from infertune.verify import row_cosines
 
@@ -192,14 +192,17 @@ class GraphedEmbedder(TorchEmbedder):
 
     # --- serving -------------------------------------------------------------------------------------------
     def forward(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        return collect(self.launch(batch))
 
+    def launch(self, batch: dict[str, np.ndarray]) -> Any:
+        """A replay is queued and returns at once (collect waits); a first sight runs to the end (it checks)."""
         rows = batch["input_ids"].shape[0]
         ids, mask = self.padded(batch)
         key = ids.shape
         if (not self.on or key[0] * key[1] > self.max_tokens or self.shapes.get(key, 0) is None
                 or (self.causal and not right_padded(batch["attention_mask"]))):
             self.stats["eager_batches"] += 1
-            return super().forward(batch)
+            return TorchEmbedder.launch(self, batch)
         shape = self.shapes.get(key)
         if shape is None:
             return self._first_padded(key, batch, ids, mask)
@@ -212,15 +215,20 @@ class GraphedEmbedder(TorchEmbedder):
                            lambda: TorchEmbedder.forward(self, batch))
 
     # --- the graph mechanics, shared with packed graphs (backends/packed_graphs.py) -------------------------
-    def _replay(self, shape: _Shape, arrays: dict[str, np.ndarray], rows: int) -> np.ndarray:
-        """Copy `arrays` into the shape's static inputs (same names), replay, and return its first `rows` rows."""
+    def _replay(self, shape: _Shape, arrays: dict[str, np.ndarray], rows: int) -> Pending | np.ndarray:
+        """Queue: `arrays` into the shape's static inputs (same names, through pinned memory), the replay, and the
+        copy of its first `rows` rows to pinned host memory; nothing waits for the device (collect does).
+        Stream order keeps it safe with other batches in flight: the next batch's inputs land, and its replay
+        reuses the shared pool, only after this replay and its copy out."""
         import torch
 
+        cuda = shape.out.is_cuda  # (a CPU stand-in in the unit tests copies plainly)
         with torch.inference_mode():
             for name, arr in arrays.items():
-                shape.inputs[name].copy_(torch.from_numpy(arr))
+                src = torch.from_numpy(arr)
+                shape.inputs[name].copy_(src.pin_memory() if cuda else src, non_blocking=cuda)
             shape.graph.replay()
-            out = shape.out[:rows].cpu().numpy()
+            out = to_host(shape.out, rows) if cuda else shape.out[:rows].numpy().copy()
         self.stats["replays"] += 1
         return out
 
@@ -266,7 +274,8 @@ class GraphedEmbedder(TorchEmbedder):
             torch.cuda.current_stream().wait_stream(side)
             warm = warm.cpu().numpy()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool):
+            # thread_local: the engine's answer thread may wait on an earlier batch's copy during a capture
+            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
                 out = run(**inputs)
             if self.pool is None:
                 self.pool = graph.pool()

@@ -111,13 +111,12 @@ class PackedGraphEmbedder(GraphedEmbedder):
         self.stats["packing_check_cosine"] = round(float(cos.min()), 6)
         return True
 
-    def forward(self, batch: dict[str, np.ndarray]) -> np.ndarray:
-
+    def launch(self, batch: dict[str, np.ndarray]) -> Any:
         if not self.packing_checked:
             self.check_packing(batch)
         self.ran_tokens = 0  # tokens this batch really ran (the engine's telemetry); 0: the padded batch
         if not self.packed:
-            return super().forward(batch)
+            return super().launch(batch)
         ids, mask = batch["input_ids"], batch["attention_mask"]
         n, used = ids.shape[0], int(mask.sum())
         key = (token_bucket(used), slot_bucket(n))

@@ -26,14 +26,38 @@ class TorchEmbedder(Embedder):
         import torch
 
         with torch.inference_mode():
-            t = {k: torch.from_numpy(v).to(self.device, non_blocking=True) for k, v in batch.items()}
-            kw = t
-            if self.spec.arch == "decoder" and right_padded(batch["attention_mask"]):
-                # causal attention: a right-padded row's tokens never see the pads after them, so the model
-                # needs no padding mask (SDPA takes its causal kernel, no 4D mask is built); pooling keeps it
-                kw = {k: v for k, v in t.items() if k != "attention_mask"}
-            hidden = self.model(**kw).last_hidden_state
-            return pool(hidden, t["attention_mask"], self.spec.pooling).cpu().numpy()
+            return self._pooled(batch).cpu().numpy()
+
+    def _pooled(self, batch: dict[str, np.ndarray]) -> Any:
+        """The pooled rows as a device tensor (queued on the device, not waited for)."""
+        import torch
+
+        cuda = str(self.device).startswith("cuda")
+        t = {k: to_device(v, self.device) if cuda else torch.from_numpy(v) for k, v in batch.items()}
+        kw = t
+        if self.spec.arch == "decoder" and right_padded(batch["attention_mask"]):
+            # causal attention: a right-padded row's tokens never see the pads after them, so the model
+            # needs no padding mask (SDPA takes its causal kernel, no 4D mask is built); pooling keeps it
+            kw = {k: v for k, v in t.items() if k != "attention_mask"}
+        hidden = self.model(**kw).last_hidden_state
+        return pool(hidden, t["attention_mask"], self.spec.pooling)
+
+    @property
+    def async_launch(self) -> bool:  # type: ignore[override]
+        return str(self.device).startswith("cuda")
+
+    def launch(self, batch: dict[str, np.ndarray]) -> Any:
+        """On a GPU: queue the forward and the copy of its rows to pinned host memory, and return without
+        waiting (the engine collates and answers other batches meanwhile)."""
+        import torch
+
+        if not self.async_launch:
+            return TorchEmbedder.forward(self, batch)
+        with torch.inference_mode():
+            return to_host(self._pooled(batch))
+
+    def collect(self, handle: Any) -> np.ndarray:
+        return collect(handle)
 
     def synchronize(self) -> None:
         if self.device == "cuda":
@@ -67,6 +91,43 @@ class TorchEmbedder(Embedder):
         self.tokenizer.save_pretrained(path / "model")
         (path / "model" / "infertune_embedding.json").write_text(json.dumps(self.spec.to_dict(), indent=2))
         return {"weights": "model", "recipe": self.candidate.model_dump(mode="json")}
+
+
+class Pending:
+    """Rows on their way to pinned host memory: `event` fires when they are there."""
+
+    __slots__ = ("event", "host", "rows")
+
+    def __init__(self, event: Any, host: Any, rows: int):
+        self.event, self.host, self.rows = event, host, rows
+
+
+def to_device(arr: np.ndarray, device: Any) -> Any:
+    """A host array on the device without waiting for the device: staged through pinned memory (a copy from
+    pageable memory makes PyTorch wait for everything queued before it)."""
+    import torch
+
+    return torch.from_numpy(arr).pin_memory().to(device, non_blocking=True)
+
+
+def to_host(out: Any, rows: int | None = None) -> Pending:
+    """Queue the copy of `out[:rows]` (a device tensor) to pinned host memory; collect() waits for it."""
+    import torch
+
+    src = out if rows is None else out[:rows]
+    host = torch.empty(src.shape, dtype=src.dtype, pin_memory=True)
+    host.copy_(src, non_blocking=True)
+    event = torch.cuda.Event()
+    event.record()
+    return Pending(event, host, src.shape[0])
+
+
+def collect(handle: Any) -> np.ndarray:
+    """The rows of a launched batch: an array as is, a Pending once its copy is done."""
+    if isinstance(handle, Pending):
+        handle.event.synchronize()
+        return handle.host.numpy()
+    return handle
 
 
 def right_padded(mask: np.ndarray) -> bool:

@@ -225,3 +225,61 @@ def test_a_packed_engine_does_not_wait_for_more_work_unless_told():
     assert BatchCore(packed, s, _Metrics(), None, None).wait_s() == 0.0
     s.sources = {"max_wait_ms": "flag"}  # the user's --max-wait-ms holds
     assert BatchCore(packed, s, _Metrics(), None, None).wait_s() == 0.008
+
+
+class AsyncRecorder(Recorder):
+    """A device whose launches return at once: collect() waits 5 ms (the device's work), and raises for a batch
+    holding `fail_on` (a fault seen only when the result is read, as a CUDA error is)."""
+
+    async_launch = True
+
+    def __init__(self, fail_on=None):
+        super().__init__("cuda")
+        self.events: list[str] = []
+        self.late_fail = fail_on
+
+    def launch(self, batch):
+        self.events.append("launch")
+        return batch, Recorder.forward(self, batch)
+
+    def collect(self, handle):
+        import time
+
+        batch, out = handle
+        time.sleep(0.005)
+        self.events.append("collect")
+        if self.late_fail is not None and (batch["input_ids"] == self.late_fail).any():
+            raise RuntimeError("injected at collect")
+        return out
+
+
+def test_an_async_engine_launches_the_next_batch_before_answering_this_one():
+    """With launches that return before the device is done (CUDA), the engine loop answers on a second thread:
+    the next batch is launched while the previous one is collected (at most two in flight), every request still
+    gets exactly its rows, and a batch that fails when collected fails only its own requests."""
+    import threading
+
+    rng = random.Random(5)
+    reqs = _requests(rng, 60) + [(60, [[5000, 1, 2]])]  # ids of _requests are < 1000
+    emb = AsyncRecorder(fail_on=5000)
+    sent: dict[int, list] = {}
+    quiet = SimpleNamespace(poll=lambda ms: 0)  # no more messages arrive
+    core = BatchCore(emb, _settings(batch_tokens=64, max_batch_tokens=64), _Metrics(), pull=quiet,
+                     send=lambda fe, frames: sent.setdefault(fe, []).append(frames))
+    core.cost = (1e-3, 1e-9)
+    core.pending = [Chunk(pack_requests(0, reqs[:30])), Chunk(pack_requests(2, reqs[30:]))]
+    stop = threading.Event()
+    stop.set()  # run what is pending, then return
+    core.loop(stop)
+    in_flight, most = 0, 0
+    for e in emb.events:
+        in_flight += 1 if e == "launch" else -1
+        most = max(most, in_flight)
+    assert len(emb.batches) > 4 and most == 2 and in_flight == 0
+    got = {rid: (rows, err) for fe, msgs in sent.items() for frames in msgs for rid, rows, err in unpack_results(frames, 4)}
+    assert sorted(got) == list(range(61))
+    assert got[60][0] is None and got[60][1][0] == 500 and "at collect" in got[60][1][1]
+    for rid, rows in reqs[:60]:
+        if got[rid][1] is None:
+            np.testing.assert_array_equal(got[rid][0], np.array([[sum(r), len(r), 1, 0] for r in rows], np.float32))
+    assert sum(err is None for _, err in got.values()) >= 50  # only the failing batch's requests failed
