@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # On the lent H200: where does `infertune serve` spend its time under load? GPU tests -> tune (quick) -> for each
-# --cuda-graphs mode in GRAPHS (default "auto packed"): serve (default frontends, one GPU), and for each bench
+# serve variant in VARIANTS (FRONTENDS/MODE, default "8/default 12/default"; MODE is a --cuda-graphs mode, default =
+# the artifact's own; FRONTENDS "d" = serve's default): serve on one GPU, and for each bench
 # point (1 input/request c=256; 32 inputs/request c=32) py-spy samples the engine and one frontend for 8 s while
 # the bench runs, nvidia-smi samples GPU utilisation and top every process's CPU share -> the forward-only ceiling
 # of each mode. Everything lands in $OUT/res.tgz; the summary table is printed last. Carry [".whl", ".gpu/minilm",
 # ".gpu/restore.py"].
-# Env: SKIP_TUNE=1 (serve the untuned fp32 model), SKIP_TESTS=1, EXTRA_SERVE (more serve flags), GRAPHS.
+# Env: SKIP_TUNE=1 (serve the untuned fp32 model), SKIP_TESTS=1, EXTRA_SERVE (more serve flags), VARIANTS.
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/site/bin:$PATH HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -43,8 +44,11 @@ print("  self:", "; ".join(f"{f} {c / total:.0%}" for f, c in self_c.most_common
 print("  incl:", "; ".join(f"{f} {c / total:.0%}" for f, c in incl.most_common(30)))
 PY
 }
-for G in ${GRAPHS:-auto packed}; do
-  $I serve $ART --device cuda --devices 0 --truncate --port 8000 --max-queue 4096 --cuda-graphs $G ${EXTRA_SERVE:-} 2> $R/serve_$G.log &
+VARIANTS=${VARIANTS:-8/default 12/default}
+for V in $VARIANTS; do
+  F=${V%%/*}; M=${V##*/}; G=${F}fe_$M
+  FLAGS=""; [ "$F" != d ] && FLAGS="--frontends $F"; [ "$M" != default ] && FLAGS="$FLAGS --cuda-graphs $M"
+  $I serve $ART --device cuda --devices 0 --truncate --port 8000 --max-queue 4096 $FLAGS ${EXTRA_SERVE:-} 2> $R/serve_$G.log &
   SRV=$!
   for _ in $(seq 1 240); do curl -sf localhost:8000/ready > /dev/null && break; sleep 1; done
   curl -s localhost:8000/ready | head -c 300; echo
@@ -73,18 +77,21 @@ for G in ${GRAPHS:-auto packed}; do
       python3 -c "import sys; g=[float(x) for x in open(sys.argv[1]).read().split() if x.strip().isdigit()]; print(sys.argv[2], 'GPU util %: n', len(g), 'median', sorted(g)[len(g)//2] if g else None, g)" $R/gpu_$name.txt "$name"
       grep -E "python|PID" $R/top_$name.txt | head -20; } > $R/prof_$name.txt
   done
-  kill -TERM $SRV; wait $SRV; echo "serve exit $?"; tail -2 $R/serve_$G.log
-  CUDA_VISIBLE_DEVICES=0 $I serve $ART --device cuda --ceiling --cuda-graphs $G --json > $R/ceiling_$G.json 2> $R/ceiling_$G.log
+  kill -TERM $SRV; wait $SRV; echo "serve exit $?"; grep -v "^draining" $R/serve_$G.log | tail -4
+  CM=""; [ "$M" != default ] && CM="--cuda-graphs $M"
+  [ -f $R/ceiling_$M.json ] || CUDA_VISIBLE_DEVICES=0 $I serve $ART --device cuda --ceiling $CM --json > $R/ceiling_$M.json 2> $R/ceiling_$M.log
 done
-cat $R/prof_*.txt
+grep -h "GPU util" $R/prof_*.txt | cut -c1-60
 tar czf $OUT/res.tgz -C $R .
-python3 - $R "${GRAPHS:-auto packed}" <<'PY'
+python3 - $R "$VARIANTS" <<'PY'
 import json, sys
-R, modes = sys.argv[1], sys.argv[2].split()
-print("\n| mode | point | req/s | items/s | P50 ms | P99 ms | n | valid | vs ceiling of its mode |\n|---|---|---:|---:|---:|---:|---:|---|---:|")
-for g in modes:
+R, variants = sys.argv[1], sys.argv[2].split()
+print("\n| serve variant | point | req/s | items/s | P50 ms | P99 ms | n | valid | vs ceiling of its mode |\n|---|---|---:|---:|---:|---:|---:|---|---:|")
+for v in variants:
+    f, m = v.split("/")
+    g = f"{f}fe_{m}"
     try:
-        c = json.load(open(f"{R}/ceiling_{g}.json"))
+        c = json.load(open(f"{R}/ceiling_{m}.json"))
     except Exception as e:  # noqa: BLE001
         print(g, "no ceiling:", e); c = {"items_per_s": float("nan"), "n": 0, "min": 0, "max": 0}
     for name, per in (("c256", 1), ("b32", 32)):
@@ -98,4 +105,14 @@ for g in modes:
                   f"{l.get('p99'):.1f} | {p['n']} | {p['valid']} {p.get('invalid_reason', '')} | {r * per / c['items_per_s']:.0%} |")
     print(f"| {g} | ceiling | | {c['items_per_s']:,.0f} (n={c['n']}, {c['min']:,.0f}-{c['max']:,.0f}; packed {c.get('packed')}, "
           f"budget {c.get('budget_tokens')}, {c.get('items_per_batch_mean')} items/batch, graphs {c.get('cuda_graphs')}) | | | | | |")
+try:
+    t = json.load(open(f"{R}/tune.json"))
+    print("\ntune winner:", (t.get("winner") or {}).get("name"), "baseline:", (t.get("baseline") or {}).get("items_per_s"))
+    for c in t["candidates"]:
+        m = c.get("measurement") or {}
+        print(f"  {c['name']}: {c.get('status')} {c.get('items_per_s')} items/s (median {m.get('items_per_s_median')}, "
+              f"n={m.get('passes')}, range {m.get('items_per_s_spread')}) cos {(c.get('accuracy') or {}).get('cosine_min')} "
+              f"{(c.get('error') or c.get('reason') or '')[:150]}")
+except Exception as e:  # noqa: BLE001
+    print("no tune:", e)
 PY

@@ -58,6 +58,10 @@ def _serve(conn, job: dict[str, Any]) -> None:
     t0 = time.perf_counter()
     backend = load_backend(cand.backend)
     emb = backend.prepare(spec, cand, device, Path(job["workdir"]), job.get("calibration", []))
+    if device == "cuda":  # measured as `serve` runs it: CUDA graphs, packed batches where the candidate says
+        from infertune.backends.graphs import tuned_engine
+
+        emb = tuned_engine(emb, cand, device)
     conn.send(("ok", {"prepare_s": time.perf_counter() - t0, "executed": emb.describe()}))
     while True:
         cmd, args = conn.recv()
@@ -69,6 +73,8 @@ def _serve(conn, job: dict[str, Any]) -> None:
                 conn.send(("ok", out))
             elif cmd == "measure":
                 batching = Batching.model_validate(args["batching"])
+                if hasattr(emb, "max_tokens") and batching.kind == "tokens":
+                    emb.max_tokens = batching.size  # CUDA graphs up to the budget measured, as serve sizes them
                 sub = [texts[i] for i in args["subset"]] if args.get("subset") is not None else texts
                 cap, seed = args.get("max_s"), args.get("shuffle")
                 limit = None

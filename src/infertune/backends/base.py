@@ -104,7 +104,14 @@ class Embedder:
 
         Probes: `shuffle` runs the planned batches in a seeded random order and `max_s` stops after the
         batch that crosses it, so a partial pass still samples every length (items/s counts the items of
-        the batches that ran)."""
+        the batches that ran).
+
+        An engine whose launches return before the device is done (CUDA) is measured as it serves: tokenization,
+        the host's batch work and the device overlapped (backends/overlap.py)."""
+        if self.async_launch:
+            from infertune.backends.overlap import overlapped_pass
+
+            return overlapped_pass(self, texts, batching, max_s, shuffle, max_batches)
         t0 = time.perf_counter()
         ids = self.token_ids(texts)
         t_tok = time.perf_counter() - t0

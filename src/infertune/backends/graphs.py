@@ -33,3 +33,18 @@ def with_graphs(emb: Any, mode: str = "auto", max_tokens: int = 16384) -> tuple[
             f"{max_tokens} tokens captured once, checked against eager (--cuda-graphs padded: padded batches)")
     return GraphedEmbedder(emb, max_tokens), ("CUDA graphs: each bucketed batch shape up to "
                                               f"{max_tokens} padded tokens captured once, checked against eager")
+
+
+def tuned_engine(emb: Any, candidate: Any, device: str) -> Any:
+    """What `tune` measures for a candidate on a GPU: the engine `serve` would run from its artifact (CUDA graphs
+    where they apply; an encoder's batches packed when the candidate says batches=packed), else `emb` as is."""
+    from infertune.backends.cuda_graphs import why_not
+
+    if device != "cuda" or why_not(emb) is not None:
+        return emb
+    return with_graphs(emb, graphs_mode(candidate), candidate.batching.size)[0]
+
+
+def graphs_mode(candidate: Any) -> str:
+    """The --cuda-graphs mode a candidate (or an artifact's) stands for: `packed` for batches=packed, else auto."""
+    return "packed" if candidate.option("batches") == "packed" else "auto"

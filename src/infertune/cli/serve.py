@@ -79,7 +79,7 @@ def serve_cmd(
     ceiling: Annotated[bool, typer.Option("--ceiling", help="do not serve: measure the forward-only ceiling (items/s with nothing but the model running, batches packed as the server packs them) on --workload's texts, print it and exit; compare with `infertune bench` against the server")] = False,
     workload: Annotated[str | None, typer.Option(help="with --ceiling: JSONL/text of inputs (default: the embedded sample)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the ServeResult as JSON to stdout on exit")] = False,
-    cuda_graphs: Annotated[str, typer.Option(help="auto|on|off|padded|packed: on a GPU, replay each bucketed batch shape of a PyTorch engine as a CUDA graph, checked once against the eager forward (auto: wherever it can run, and a decoder embedder's batches packed padding-free with FlashAttention varlen; padded: graphs over padded batches only; packed: an encoder's batches packed too, not yet measured on a GPU; off: eager, one Python call per kernel)")] = "auto",
+    cuda_graphs: Annotated[str | None, typer.Option(help="auto|on|off|padded|packed: on a GPU, replay each bucketed batch shape of a PyTorch engine as a CUDA graph, checked once against the eager forward (auto: wherever it can run, and a decoder embedder's batches packed padding-free with FlashAttention varlen; padded: graphs over padded batches only; packed: an encoder's batches packed too; off: eager, one Python call per kernel; default: what the artifact's tune measured, else auto)")] = None,
     task: Annotated[str | None, typer.Option(help="embed: serve a causal-LM checkpoint (*ForCausalLM) as an embedder, e.g. a decoder embedder without modules.json (default: decided from the model's files)")] = None,
     pooling: Annotated[str | None, typer.Option(help="override the model's pooling: mean|cls|max|last|mean_sqrt_len")] = None,
     prompt: Annotated[list[str] | None, typer.Option(help="NAME=TEXT: an instruction prompt a request picks with \"prompt_name\": NAME (repeatable; adds to the model's config_sentence_transformers.json prompts)")] = None,
@@ -94,7 +94,7 @@ def serve_cmd(
 
     if device not in (None, "cpu", "cuda"):
         raise InfertuneError(f"--device must be cpu or cuda, not {device!r}")
-    if cuda_graphs not in ("auto", "on", "off", "padded", "packed"):
+    if cuda_graphs not in (None, "auto", "on", "off", "padded", "packed"):
         raise InfertuneError(f"--cuda-graphs must be auto, on, off, padded or packed, not {cuda_graphs!r}")
     if ceiling:
         from infertune.serve.ceiling import forward_ceiling

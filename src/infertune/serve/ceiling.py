@@ -20,7 +20,7 @@ from typing import Any
 def forward_ceiling(model: str, device: str | None = None, texts: list[str] | None = None, *,
                     seconds: float = 3.0, rounds: int = 5, batch_tokens: int | None = None,
                     max_batch_items: int | None = None, progress: Any = None,
-                    cuda_graphs: str = "auto") -> dict[str, Any]:
+                    cuda_graphs: str | None = None) -> dict[str, Any]:
     """Measure the ceiling; returns items/s (median, min, max, n rounds) and how batches were formed."""
     from infertune.artifact import load_model, read_manifest
     from infertune.batching import pad_length, plan_batches, plan_packed
@@ -33,7 +33,7 @@ def forward_ceiling(model: str, device: str | None = None, texts: list[str] | No
     ref = resolve_model(model)
     manifest = read_manifest(ref.path) if ref.format == "artifact" else None
     settings = resolve_settings(ServeConfig(model=model, device=device, batch_tokens=batch_tokens,
-                                            max_batch_items=max_batch_items), manifest)
+                                            max_batch_items=max_batch_items, cuda_graphs=cuda_graphs), manifest)
     if texts is None:
         from infertune.workload import load_workload
 
@@ -43,7 +43,7 @@ def forward_ceiling(model: str, device: str | None = None, texts: list[str] | No
     if settings.device == "cuda":  # the server's engine: the same CUDA-graph wrapping as `serve`
         from infertune.backends.graphs import with_graphs
 
-        emb, engine = with_graphs(emb, cuda_graphs, settings.batch_tokens)
+        emb, engine = with_graphs(emb, settings.cuda_graphs, settings.batch_tokens)
     # a packed engine decides whether it packs before we plan batches for it
     packed = emb.settle_packing() if hasattr(emb, "settle_packing") else False
     ids = sorted(emb.token_ids(texts), key=len)

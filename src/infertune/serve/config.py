@@ -63,11 +63,12 @@ class ServeConfig(BaseModel):
         ".json; a request picks one with the non-OpenAI field 'prompt_name' (as TEI does)"))
     default_prompt_name: str | None = Field(None, description=(
         "the prompt applied when a request names none (default: the model's own default_prompt_name, else none)"))
-    cuda_graphs: Literal["auto", "on", "off", "padded", "packed"] = Field("auto", description=(
+    cuda_graphs: Literal["auto", "on", "off", "padded", "packed"] | None = Field(None, description=(
         "on a GPU, capture each bucketed batch shape of a PyTorch engine as a CUDA graph (checked against the "
         "eager forward) and replay it: auto = wherever it can (PyTorch eager, float weights, SDPA attention), "
         "with a decoder's batches packed padding-free; padded = graphs over padded batches only; packed = an "
-        "encoder's batches packed too (not yet measured on a GPU)"))
+        "encoder's batches packed too. None: what the artifact's tune measured (packed for a batches=packed "
+        "winner), else auto"))
     log_level: str = "warning"
     worker_process: bool = False  # run the model in a supervised child process, restarted when it dies
     worker_timeout_s: Seconds = Field(60.0, gt=0, description="a forward pass the worker does not answer within "
@@ -150,9 +151,15 @@ def resolve_settings(cfg: ServeConfig, manifest: dict[str, Any] | None) -> Setti
         # 2-core box, c=32, 3 interleaved rounds: 166/161/149 items/s vs 131/138/109 with 1 thread)
         threads=pick("threads", cfg.threads, None, None),
         device=device,
-        cuda_graphs=cfg.cuda_graphs,
+        cuda_graphs=pick("cuda_graphs", cfg.cuda_graphs, None if cpu else tuned_graphs(manifest), "auto"),
         sources=sources,
     )
+
+
+def tuned_graphs(manifest: dict[str, Any] | None) -> str | None:
+    """The --cuda-graphs mode the artifact's winner was measured with: packed for a batches=packed candidate."""
+    options = ((manifest or {}).get("candidate") or {}).get("options") or []
+    return "packed" if ["batches", "packed"] in [list(o) for o in options] else None
 
 
 def default_frontends(device: str, gpus: int) -> int:

@@ -25,3 +25,27 @@ def test_packed_without_a_gpu_is_an_error_too():
     assert resolve_settings(ServeConfig(device="cuda", cuda_graphs="packed"), None).cuda_graphs == "packed"
     with pytest.raises(InfertuneError, match="--cuda-graphs packed needs a GPU"):
         resolve_settings(ServeConfig(device="cpu", cuda_graphs="packed"), None)
+
+
+def test_an_artifact_tuned_with_packed_batches_is_served_packed():
+    """tune's batches=packed winner is served with --cuda-graphs packed unless a flag says otherwise; on CPU (no
+    graphs there) the artifact's choice does not apply."""
+    packed = {"device": "cuda", "candidate": {"backend": "torch-eager", "options": [["batches", "packed"]]}}
+    plain = {"device": "cuda", "candidate": {"backend": "torch-eager", "options": []}}
+    s = resolve_settings(ServeConfig(), packed)
+    assert s.cuda_graphs == "packed" and s.sources["cuda_graphs"] == "artifact"
+    assert resolve_settings(ServeConfig(), plain).cuda_graphs == "auto"
+    assert resolve_settings(ServeConfig(cuda_graphs="padded"), packed).cuda_graphs == "padded"
+    assert resolve_settings(ServeConfig(device="cpu"), packed).cuda_graphs == "auto"
+
+
+def test_the_packed_candidate_is_offered_on_a_gpu_for_encoders_only():
+    from types import SimpleNamespace
+
+    from infertune.backends.graphs import graphs_mode
+    from infertune.tasks.embedding import candidates
+
+    opts = candidates.options(SimpleNamespace(device="cuda"), quick=True)  # the GPU list needs no more of a host
+    packed = [o for o in opts if o.candidate.option("batches") == "packed"]
+    assert len(packed) == 1 and graphs_mode(packed[0].candidate) == "packed" and "gpu-bf16" in packed[0].needs
+    assert all(graphs_mode(o.candidate) == "auto" for o in opts if o not in packed)

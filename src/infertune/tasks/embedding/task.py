@@ -93,6 +93,8 @@ class EmbeddingTask(Task):
     def options(self, caps) -> list[Option]:
         extra = bool(self.cfg.candidates)
         opts = candidates.options(caps, self.cfg.quick, extra=extra)
+        if self.spec.arch == "decoder":  # a decoder packs its batches on a GPU anyway
+            opts = [o for o in opts if o.candidate.option("batches") != "packed"]
         if self.custom is not None:  # the library caller's own list; reference and baseline stay
             keep = [o for o in opts if o.role != "candidate"]
             ids = {o.candidate.id for o in keep}

@@ -1,0 +1,75 @@
+"""The overlapped timed pass (backends/overlap.py) that `tune` uses for engines whose launches return before the
+device is done: every item is run once, the next chunk is tokenized while the current one runs, at most two
+batches are in flight, and the probe limits (max_batches) cut it the same way every time."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+import numpy as np
+
+from infertune.backends.base import Embedder
+from infertune.config import Batching
+
+
+class _Tok:
+    pad_token_id = 0
+
+
+class SlowDevice(Embedder):
+    """Token ids are word counts; launch returns at once, collect takes 2 ms (the device); records the order."""
+
+    async_launch = True
+
+    def __init__(self):
+        super().__init__(SimpleNamespace(dim=2, max_length=512, normalize=True), _Tok(), "cuda")
+        self.needs_token_types = False
+        self.log: list[tuple[str, str, int]] = []  # (event, thread, rows)
+        self.lock = threading.Lock()
+
+    def token_ids(self, texts):
+        with self.lock:
+            self.log.append(("tokenize", threading.current_thread().name, len(texts)))
+        time.sleep(0.002)
+        return [[7] * (1 + len(t.split())) for t in texts]
+
+    def launch(self, batch):
+        with self.lock:
+            self.log.append(("launch", threading.current_thread().name, len(batch["input_ids"])))
+        return np.ones((len(batch["input_ids"]), 2), np.float32)
+
+    def collect(self, handle):
+        time.sleep(0.002)
+        with self.lock:
+            self.log.append(("collect", threading.current_thread().name, len(handle)))
+        return handle
+
+
+TEXTS = [" ".join(["w"] * (1 + (i * 37) % 90)) for i in range(640)]
+
+
+def test_every_item_runs_once_with_tokenization_ahead_and_two_in_flight():
+    emb = SlowDevice()
+    got = emb.measure_pass(TEXTS, Batching(kind="tokens", size=2048, max_items=256), shuffle=3)
+    assert got["complete"] and got["items"] == len(TEXTS)
+    assert got["tokens"] == sum(2 + (i * 37) % 90 for i in range(len(TEXTS)))
+    assert len(got["latency_ms"]) == len(got["padded_per_batch"]) == got["batches"] > 8
+    toks = [e for e in emb.log if e[0] == "tokenize"]
+    assert len(toks) == 8 and all(t[1].startswith("infertune-tokenize") for t in toks)  # off the main thread
+    assert sum(t[2] for t in toks) == len(TEXTS)
+    first_launch = next(i for i, e in enumerate(emb.log) if e[0] == "launch")
+    assert emb.log.index(toks[1]) < first_launch + 2  # chunk 2 is tokenized while chunk 1 runs
+    flying = most = 0
+    for e in emb.log:
+        flying += {"launch": 1, "collect": -1}.get(e[0], 0)
+        most = max(most, flying)
+    assert most == 2 and flying == 0
+
+
+def test_a_probe_cut_at_max_batches_runs_the_same_batches_every_time():
+    runs = [SlowDevice().measure_pass(TEXTS, Batching(kind="tokens", size=2048, max_items=256), shuffle=3,
+                                      max_batches=5) for _ in range(2)]
+    assert [r["batches"] for r in runs] == [5, 5] and not runs[0]["complete"]
+    assert runs[0]["items"] == runs[1]["items"] and runs[0]["padded_per_batch"] == runs[1]["padded_per_batch"]
