@@ -163,7 +163,11 @@ def tuned_graphs(manifest: dict[str, Any] | None) -> str | None:
 
 
 def default_frontends(device: str, gpus: int) -> int:
-    """One on CPU (the cores belong to the model); on GPUs half the cores, at most 8 per GPU."""
+    """One on CPU (the cores belong to the model); on GPUs up to 12 per GPU, leaving two cores per GPU for its
+    engine (batching, answers) and two for the rest. Tokenization bounds a GPU server's frontends: session 11,
+    H200 host of 16 cores, MiniLM packed, same run: 12 frontends served 40,813 items/s at 32 texts per request and
+    22,848 req/s at 1 text, 8 frontends 36,992 and 19,790."""
     if device == "cpu":
         return 1
-    return max(1, min(8 * max(1, gpus), (os.cpu_count() or 2) // 2))
+    g = max(1, gpus)
+    return max(1, min(12 * g, (os.cpu_count() or 2) - 2 * g - 2))

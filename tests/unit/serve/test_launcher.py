@@ -16,11 +16,13 @@ def test_cpu_stays_one_process_unless_asked():
 
 def test_gpu_frontends_scale_with_cores_and_gpus(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    assert default_frontends("cuda", 1) == 8
+    assert default_frontends("cuda", 1) == 12  # two cores for the engine, two for the rest
     monkeypatch.setattr(os, "cpu_count", lambda: 32)
-    assert default_frontends("cuda", 1) == 8 and default_frontends("cuda", 2) == 16
+    assert default_frontends("cuda", 1) == 12 and default_frontends("cuda", 2) == 24
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert default_frontends("cuda", 1) == 4
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
-    assert default_frontends("cuda", 2) == 2
+    assert default_frontends("cuda", 2) == 1
     assert default_frontends("cpu", 0) == 1
 
 
@@ -42,9 +44,9 @@ def test_an_artifact_tuned_frontend_count_is_used_on_a_gpu_within_this_hosts_def
     monkeypatch.setattr(os, "cpu_count", lambda: 32)
     monkeypatch.setattr(launcher, "cuda_devices", lambda cfg: ["cuda:0", "cuda:1"])
     assert wants_processes(ServeConfig(), "cuda", tuned=3) == (True, ["cuda:0", "cuda:1"], 6)
-    assert wants_processes(ServeConfig(), "cuda", tuned=12)[2] == 16  # capped by 32 cores / 2
+    assert wants_processes(ServeConfig(), "cuda", tuned=16)[2] == 24  # capped by this host's default for 2 GPUs
     assert wants_processes(ServeConfig(frontends=2), "cuda", tuned=3)[2] == 2  # the flag wins
-    assert wants_processes(ServeConfig(), "cuda")[2] == 16
+    assert wants_processes(ServeConfig(), "cuda")[2] == 24
     assert wants_processes(ServeConfig(), "cpu", tuned=8) == (False, ["cpu"], 1)  # CPU: the model owns the cores
 
 
@@ -52,5 +54,5 @@ def test_the_manifest_records_the_tokenization_tune_measured_with(monkeypatch):
     from infertune.artifact import _tokenization
 
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    assert _tokenization("cuda") == {"tokenizer_threads": 16, "frontends_per_gpu": 8}
+    assert _tokenization("cuda") == {"tokenizer_threads": 16, "frontends_per_gpu": 12}
     assert _tokenization("cpu") == {"tokenizer_threads": 1, "frontends_per_gpu": 1}
