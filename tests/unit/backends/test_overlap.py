@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from infertune.backends.base import Embedder
-from infertune.backends.overlap import FIRST, MIN_CHUNKS
+from infertune.backends.overlap import MIN_CHUNK, MIN_CHUNKS
 from infertune.config import Batching
 
 
@@ -60,7 +60,7 @@ def test_every_item_runs_once_with_tokenization_ahead_and_two_in_flight():
     assert len(got["latency_ms"]) == len(got["padded_per_batch"]) == got["batches"] > 8
     toks = [e for e in emb.log if e[0] == "tokenize"]
     assert len(toks) >= MIN_CHUNKS and all(t[1].startswith("infertune-tokenize") for t in toks)  # off the main thread
-    assert sum(t[2] for t in toks) == got["items"] and toks[0][2] == FIRST
+    assert sum(t[2] for t in toks) == got["items"] == len(TEXTS) and toks[0][2] == len(TEXTS) // MIN_CHUNKS
     start, end = emb.log.index(toks[1]), [i for i, e in enumerate(emb.log) if e[0] == "tokenized"][1]
     assert any(e[0] in ("launch", "collect") for e in emb.log[start:end])  # chunk 2 is tokenized while chunk 1 runs
     flying = most = 0
@@ -77,7 +77,7 @@ def test_a_small_pass_goes_round_the_texts_until_it_has_run_enough_chunks():
     texts = TEXTS[:200]
     got = emb.measure_pass(texts, Batching(kind="tokens", size=8192, max_items=256))
     toks = [e[2] for e in emb.log if e[0] == "tokenize"]
-    assert len(toks) == MIN_CHUNKS and got["items"] == sum(toks) > len(texts) and got["complete"]
+    assert toks == [MIN_CHUNK] * MIN_CHUNKS and got["items"] == sum(toks) > len(texts) and got["complete"]
     per_text = [2 + (i * 37) % 90 for i in range(200)]
     order = [i % 200 for i in range(sum(toks))]
     assert got["tokens"] == sum(per_text[i] for i in order)

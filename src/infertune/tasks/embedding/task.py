@@ -124,11 +124,12 @@ class EmbeddingTask(Task):
         self.warmed.add(cand.id)
         return got["passes"][0]
 
-    @staticmethod
-    def _warm_cap(cand, cap: float) -> float | None:
-        """Warm-up passes are cut short, except where the first run of each shape compiles (a compile
-        left for the timed pass would be timed)."""
-        return None if cand.backend == "torch-compile" else cap
+    def _warm_cap(self, cand, cap: float) -> float | None:
+        """Warm-up passes are cut short, except where the first run of each shape compiles or is captured (a
+        compile left for the timed pass would be timed): torch.compile, and PyTorch eager on a GPU (CUDA graphs,
+        captured and checked at a shape's first sight)."""
+        graphs = self.cfg.device == "cuda" and cand.backend == "torch-eager"
+        return None if cand.backend == "torch-compile" or graphs else cap
 
     def probe(self, worker, cand, cap_s: float) -> Probe:
         import numpy as np
@@ -244,7 +245,8 @@ class EmbeddingTask(Task):
     def measure(self, worker, cand, max_s: float | None = None) -> dict[str, Any]:
         per_call = 1 if self.cfg.device == "cpu" else 3
         warm = 0 if cand.id in self.warmed else 1
-        extra = {} if max_s is None else {"max_s": max_s / per_call, "shuffle": self.cfg.seed}
+        # the probe's order: the same batches (CUDA graphs captured in its warm-up are the shapes timed here)
+        extra = {"shuffle": self.cfg.seed} if max_s is None else {"max_s": max_s / per_call, "shuffle": self.cfg.seed}
         got = worker.call("measure", batching=cand.batching.model_dump(), warmup=warm,
                           warmup_max_s=self._warm_cap(cand, 3.0), passes=per_call, **extra)
         self.warmed.add(cand.id)
