@@ -5,7 +5,7 @@ waiting for the device before the next was built. Its figure measured the host, 
 H200, MiniLM's tune winner ran 20,106 items/s while the forward-only ceiling of the same artifact was 55,672.
 `serve` tokenizes in frontend processes while the engine runs, and launches a batch before it answers the last.
 
-How: a thread tokenizes the next chunk of the (shuffled) texts (the Rust tokenizer releases the GIL and uses every
+How: threads tokenize the next chunks of the (shuffled) texts (the Rust tokenizer releases the GIL and uses every
 core on a GPU host) while this thread plans the current chunk's batches the way the engine does (by real tokens for
 a packed engine), launches each, and collects the one before it (`Embedder.launch` / `collect`: at most two in
 flight). A chunk is an eighth of the texts (at least 64), and a pass runs at least MIN_CHUNKS of them, going round
@@ -18,6 +18,7 @@ batch it queued behind) plus its share of its chunk's tokenization.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections import deque
@@ -31,6 +32,9 @@ from infertune.config import Batching
 DEPTH = 2  # batches launched and not yet collected (the engine's ASYNC_DEPTH)
 MIN_CHUNKS = 8  # a pass runs at least this many chunks (going round the texts again if needed)
 MIN_CHUNK = 64  # texts
+# chunks tokenized at once, each on its own thread (the Rust tokenizer releases the GIL): as `serve` tokenizes in
+# several frontend processes. Run 4 of session 11 (one thread, Rust's own parallelism inside): 34,240 items/s
+TOKENIZERS = max(1, min(4, (os.cpu_count() or 1) // 4))
 
 
 def overlapped_pass(emb: Any, texts: Sequence[str], batching: Batching, max_s: float | None = None,
@@ -73,16 +77,18 @@ def overlapped_pass(emb: Any, texts: Sequence[str], batching: Batching, max_s: f
 
     t0 = time.perf_counter()
     stopped = False
-    nxt: Any = None
-    with ThreadPoolExecutor(1, thread_name_prefix="infertune-tokenize") as pool:
-        chunk = next_chunk()
-        if chunk is not None:
-            nxt = pool.submit(tokenize, chunk)
-        while nxt is not None:
-            ids, t_tok = nxt.result()
+    ahead: deque = deque()  # chunks being tokenized, in order
+    with ThreadPoolExecutor(TOKENIZERS, thread_name_prefix="infertune-tokenize") as pool:
+
+        def fill() -> None:
+            while len(ahead) < TOKENIZERS and (chunk := next_chunk()) is not None:
+                ahead.append(pool.submit(tokenize, chunk))
+
+        fill()
+        while ahead:
+            ids, t_tok = ahead.popleft().result()
+            fill()
             lengths = [len(x) for x in ids]
-            chunk = next_chunk()
-            nxt = pool.submit(tokenize, chunk) if chunk is not None else None
             if getattr(emb, "packed", False):  # padding-free batches: planned by real tokens, as the engine does
                 plan = plan_packed(lengths, batching.size, batching.max_items)
             else:
@@ -106,8 +112,8 @@ def overlapped_pass(emb: Any, texts: Sequence[str], batching: Batching, max_s: f
             collect_oldest()
         emb.synchronize()
         wall = time.perf_counter() - t0
-        if nxt is not None:
-            nxt.cancel()
+        for f in ahead:
+            f.cancel()
     return {"wall_s": wall, "latency_ms": lat, "items": done_items, "tokens": done_tokens,
             "padded_tokens": sum(padded), "padded_per_batch": padded, "batches": launched,
             "complete": done_items >= len(order)}  # every text ran (chunks go round the order in turn)

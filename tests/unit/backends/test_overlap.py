@@ -88,3 +88,15 @@ def test_a_probe_cut_at_max_batches_runs_the_same_batches_every_time():
                                       max_batches=5) for _ in range(2)]
     assert [r["batches"] for r in runs] == [5, 5] and not runs[0]["complete"]
     assert runs[0]["items"] == runs[1]["items"] and runs[0]["padded_per_batch"] == runs[1]["padded_per_batch"]
+
+
+def test_several_tokenizer_threads_keep_the_chunks_in_order(monkeypatch):
+    """Chunks tokenized on several threads at once (a GPU host) are run in their order: the same batches as one."""
+    import infertune.backends.overlap as overlap
+
+    one = SlowDevice().measure_pass(TEXTS, Batching(kind="tokens", size=2048, max_items=256), shuffle=3)
+    monkeypatch.setattr(overlap, "TOKENIZERS", 3)
+    emb = SlowDevice()
+    three = emb.measure_pass(TEXTS, Batching(kind="tokens", size=2048, max_items=256), shuffle=3)
+    assert three["padded_per_batch"] == one["padded_per_batch"] and three["items"] == one["items"]
+    assert len({e[1] for e in emb.log if e[0] == "tokenize"}) > 1  # more than one tokenizer thread ran
