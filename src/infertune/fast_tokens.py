@@ -32,7 +32,8 @@ def reference_ids(tokenizer: Any, texts: Sequence[str], max_length: int) -> list
 
 def fast_encoder(tokenizer: Any, max_length: int) -> Callable[[Sequence[str]], list[list[int]]] | None:
     """A function texts -> ids equal to `reference_ids` but cheaper, or None when there is no Rust tokenizer or
-    it does not give the same ids on the probes."""
+    it does not give the same ids on the probes. The function's `rust` attribute is the Rust tokenizer it uses
+    (set up and checked; `rust.to_str()` rebuilds it in another process: backends/tokenize_pool.py)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         return None
@@ -41,16 +42,23 @@ def fast_encoder(tokenizer: Any, max_length: int) -> Callable[[Sequence[str]], l
         rust.no_padding()
         rust.enable_truncation(max_length, strategy="longest_first",
                                direction=getattr(tokenizer, "truncation_side", "right") or "right")
-        encode = getattr(rust, "encode_batch_fast", None) or rust.encode_batch
-
-        def ids(texts: Sequence[str]) -> list[list[int]]:
-            return [e.ids for e in encode(list(texts))]
-
+        ids = encoder(rust)
         want = reference_ids(tokenizer, PROBES, max_length)
         if ids(PROBES) != want:
             log.info("tokenizer fast path off: the Rust tokenizer's ids differ from transformers' on the probes")
             return None
+        ids.rust = rust  # type: ignore[attr-defined]
         return ids
     except Exception as e:  # noqa: BLE001 - any surprise: keep the transformers call
         log.info("tokenizer fast path off: %s: %s", type(e).__name__, e)
         return None
+
+
+def encoder(rust: Any) -> Callable[[Sequence[str]], list[list[int]]]:
+    """texts -> ids from a Rust tokenizer already set up (truncation, no padding), without offsets."""
+    encode = getattr(rust, "encode_batch_fast", None) or rust.encode_batch
+
+    def ids(texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in encode(list(texts))]
+
+    return ids

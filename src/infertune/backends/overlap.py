@@ -5,8 +5,9 @@ waiting for the device before the next was built. Its figure measured the host, 
 H200, MiniLM's tune winner ran 20,106 items/s while the forward-only ceiling of the same artifact was 55,672.
 `serve` tokenizes in frontend processes while the engine runs, and launches a batch before it answers the last.
 
-How: threads tokenize the next chunks of the (shuffled) texts (the Rust tokenizer releases the GIL and uses every
-core on a GPU host) while this thread plans the current chunk's batches the way the engine does (by real tokens for
+How: tokenizer processes, as many as `serve` starts frontends for one GPU (backends/tokenize_pool.py; on a small host,
+or without a checked Rust tokenizer, threads of this process), tokenize the next chunks of the (shuffled) texts while
+this thread plans the current chunk's batches the way the engine does (by real tokens for
 a packed engine), launches each, and collects the one before it (`Embedder.launch` / `collect`: at most two in
 flight). A chunk is an eighth of the texts (at least 64), and a pass runs at least MIN_CHUNKS of them, going round
 the texts again when there are few. Session 11 on the H200 (MiniLM, packed fp16): chunks of 88 texts measured
@@ -26,6 +27,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from infertune.backends.tokenize_pool import pool_for
 from infertune.batching import plan_batches, plan_packed
 from infertune.config import Batching
 
@@ -37,18 +39,29 @@ MIN_CHUNK = 64  # texts
 TOKENIZERS = max(1, min(4, (os.cpu_count() or 1) // 4))
 
 
+def processes() -> int:
+    """Tokenizer processes on a GPU host: as many as `serve` starts frontends for one GPU (the issue's "same parallel
+    tokenization"); 1 (threads, no processes) on a small host."""
+    from infertune.serve.config import default_frontends
+
+    return default_frontends("cuda", 1)
+
+
 def overlapped_pass(emb: Any, texts: Sequence[str], batching: Batching, max_s: float | None = None,
                     shuffle: int | None = None, max_batches: int | None = None) -> dict[str, Any]:
     """One timed pass (the dict of `Embedder.measure_pass`)."""
     order = list(range(len(texts)))
     if shuffle is not None:
         random.Random(shuffle).shuffle(order)
+    procs = pool_for(emb, processes()) if str(getattr(emb, "device", "")).startswith("cuda") else None
+    inflight = procs.processes if procs else TOKENIZERS
+    min_chunks = max(MIN_CHUNKS, 2 * inflight)  # every tokenizer has work while the first chunks run
     size = max(MIN_CHUNK, -(-len(order) // MIN_CHUNKS))
     pos, count = 0, 0  # the next position in the (circular) order, chunks handed out
 
     def next_chunk() -> list[int] | None:
         nonlocal pos, count
-        if not order or (pos >= len(order) and count >= MIN_CHUNKS):
+        if not order or (pos >= len(order) and count >= min_chunks):
             return None
         chunk = [order[(pos + i) % len(order)] for i in range(min(size, len(order)))]
         pos, count = pos + len(chunk), count + 1
@@ -81,8 +94,8 @@ def overlapped_pass(emb: Any, texts: Sequence[str], batching: Batching, max_s: f
     with ThreadPoolExecutor(TOKENIZERS, thread_name_prefix="infertune-tokenize") as pool:
 
         def fill() -> None:
-            while len(ahead) < TOKENIZERS and (chunk := next_chunk()) is not None:
-                ahead.append(pool.submit(tokenize, chunk))
+            while len(ahead) < inflight and (chunk := next_chunk()) is not None:
+                ahead.append(procs.submit([texts[i] for i in chunk]) if procs else pool.submit(tokenize, chunk))
 
         fill()
         while ahead:

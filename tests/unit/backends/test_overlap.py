@@ -100,3 +100,39 @@ def test_several_tokenizer_threads_keep_the_chunks_in_order(monkeypatch):
     three = emb.measure_pass(TEXTS, Batching(kind="tokens", size=2048, max_items=256), shuffle=3)
     assert three["padded_per_batch"] == one["padded_per_batch"] and three["items"] == one["items"]
     assert len({e[1] for e in emb.log if e[0] == "tokenize"}) > 1  # more than one tokenizer thread ran
+
+
+def test_tokenizer_processes_give_the_engines_ids_and_feed_the_pass(monkeypatch):
+    """The tokenizer processes rebuild the Rust tokenizer that was checked against transformers: the same ids as
+    the embedder's own token_ids; a pass tokenized in them runs every item once, as with threads."""
+    import multiprocessing as mp
+
+    import infertune.backends.overlap as overlap
+    from infertune.artifact import load_model
+    from infertune.backends.tokenize_pool import TokenizerPool
+    from infertune.workload import load_workload
+
+    texts = load_workload(None).items[:150]
+    emb = load_model("minilm", "cpu")
+    want = emb.token_ids(texts)
+    pool = TokenizerPool(emb._fast.rust, 2, mp.get_context("spawn"))
+    try:
+        rows, seconds = pool.submit(texts).result(timeout=120)
+        assert [r.tolist() for r in rows] == want and seconds > 0
+
+        class Null(SlowDevice):  # MiniLM's tokenizer, a device that answers at once
+            def token_ids(self, t):
+                return emb.token_ids(t)
+
+        dev = Null()
+        dev.device, dev._token_pool = "cuda", pool
+        monkeypatch.setattr(overlap, "processes", lambda: 2)
+        got = dev.measure_pass(texts, Batching(kind="tokens", size=4096, max_items=256), shuffle=1)
+        import random
+
+        order = list(range(150))
+        random.Random(1).shuffle(order)  # the pass's order, gone round until it has run its chunks
+        assert got["complete"] and got["tokens"] == sum(len(want[order[i % 150]]) for i in range(got["items"]))
+        assert not [e for e in dev.log if e[0] == "tokenize"]  # nothing tokenized in this process
+    finally:
+        pool.close()
