@@ -70,6 +70,8 @@ class TokenizerPool:
         inner = self.pool.submit(_encode, list(texts))
 
         def done(f: Future) -> None:
+            if out.done():  # cancelled: the pass stopped before it needed these
+                return
             try:
                 out.set_result((split(*f.result()), time.perf_counter() - t0))
             except Exception as e:  # noqa: BLE001 - the caller sees it
