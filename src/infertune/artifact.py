@@ -41,8 +41,8 @@ def write_manifest(path: Path, spec, candidate, result, saved: dict[str, Any]) -
             "slo_p99_ms": result.config.get("slo", {}).get("p99_ms"),
             "threads": result.environment.threads,
             # the tokenization parallelism the figure above was measured with, and the frontends per GPU that
-            # `serve` starts to match it (on a GPU tune tokenizes on every core; serve spreads that over frontend
-            # processes). serve reads frontends_per_gpu unless --frontends says otherwise
+            # `serve` starts to match it (on a GPU tune tokenizes in as many processes as serve's frontends per GPU,
+            # backends/overlap.py). serve reads frontends_per_gpu unless --frontends says otherwise
             **_tokenization(result.config.get("device", "cpu")),
         },
         "load": {
@@ -60,8 +60,9 @@ def _tokenization(device: str) -> dict[str, int]:
     from infertune.serve.config import default_frontends
 
     cuda = device == "cuda"
+    fe = default_frontends("cuda", 1) if cuda else 1
     return {"tokenizer_threads": (os.cpu_count() or 1) if cuda else 1,
-            "frontends_per_gpu": default_frontends("cuda", 1) if cuda else 1}
+            "tokenizer_processes": fe, "frontends_per_gpu": fe}
 
 
 def read_manifest(path: str | Path) -> dict[str, Any]:

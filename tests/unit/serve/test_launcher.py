@@ -54,5 +54,5 @@ def test_the_manifest_records_the_tokenization_tune_measured_with(monkeypatch):
     from infertune.artifact import _tokenization
 
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    assert _tokenization("cuda") == {"tokenizer_threads": 16, "frontends_per_gpu": 12}
-    assert _tokenization("cpu") == {"tokenizer_threads": 1, "frontends_per_gpu": 1}
+    assert _tokenization("cuda") == {"tokenizer_threads": 16, "tokenizer_processes": 12, "frontends_per_gpu": 12}
+    assert _tokenization("cpu") == {"tokenizer_threads": 1, "tokenizer_processes": 1, "frontends_per_gpu": 1}
