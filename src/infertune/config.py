@@ -85,6 +85,12 @@ class Candidate(BaseModel):
     def option(self, key: str, default: str | None = None) -> str | None:
         return dict(self.options).get(key, default)
 
+    @property
+    def cuda_graphs(self) -> str:
+        """The --cuda-graphs mode `serve` runs this candidate's engine with on a GPU, and `tune` measures it with:
+        packed for batches=packed (an encoder's batches padding-free), else auto."""
+        return "packed" if self.option("batches") == "packed" else "auto"
+
 
 class TuneConfig(BaseModel):
     """Everything `infertune tune` needs. All fields have defaults: `TuneConfig()` tunes the embedded

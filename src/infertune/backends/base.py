@@ -74,8 +74,9 @@ class Embedder:
     def synchronize(self) -> None:
         """Wait for queued device work (CUDA backends override)."""
 
-    # an engine overlaps its host work with the device's: start a batch, do other work, then collect it.
-    # Synchronous by default (the handle is the result); CUDA backends return before the device is done.
+    # an engine overlaps its host work with the device's: start a batch, do other work, then collect it (at most
+    # batching.ASYNC_DEPTH launched and not collected). Synchronous by default (the handle is the result); CUDA backends
+    # return before the device is done.
     async_launch = False
 
     def launch(self, batch: dict[str, np.ndarray]) -> Any:

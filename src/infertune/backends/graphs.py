@@ -42,9 +42,4 @@ def tuned_engine(emb: Any, candidate: Any, device: str) -> Any:
 
     if device != "cuda" or why_not(emb) is not None:
         return emb
-    return with_graphs(emb, graphs_mode(candidate), candidate.batching.size)[0]
-
-
-def graphs_mode(candidate: Any) -> str:
-    """The --cuda-graphs mode a candidate (or an artifact's) stands for: `packed` for batches=packed, else auto."""
-    return "packed" if candidate.option("batches") == "packed" else "auto"
+    return with_graphs(emb, candidate.cuda_graphs, candidate.batching.size)[0]

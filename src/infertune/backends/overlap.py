@@ -28,10 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from infertune.backends.tokenize_pool import pool_for
-from infertune.batching import plan_batches, plan_packed
+from infertune.batching import ASYNC_DEPTH, plan_batches, plan_packed
 from infertune.config import Batching
 
-DEPTH = 2  # batches launched and not yet collected (the engine's ASYNC_DEPTH)
 MIN_CHUNKS = 8  # a pass runs at least this many chunks (going round the texts again if needed)
 MIN_CHUNK = 64  # texts
 # chunks tokenized at once, each on its own thread (the Rust tokenizer releases the GIL): as `serve` tokenizes in
@@ -113,7 +112,7 @@ def overlapped_pass(emb: Any, texts: Sequence[str], batching: Batching, max_s: f
                 ran = int(getattr(emb, "ran_tokens", 0) or batch["input_ids"].size)
                 flight.append((handle, t, t_tok * 1000 * len(b) / len(ids), len(b), sum(lengths[i] for i in b), ran))
                 launched += 1
-                if len(flight) >= DEPTH:
+                if len(flight) >= ASYNC_DEPTH:
                     collect_oldest()
                 if (max_batches is not None and launched >= max_batches) or \
                         (max_s is not None and time.perf_counter() - t0 > max_s):

@@ -96,10 +96,10 @@ class TorchEmbedder(Embedder):
 class Pending:
     """Rows on their way to pinned host memory: `event` fires when they are there."""
 
-    __slots__ = ("event", "host", "rows")
+    __slots__ = ("event", "host")
 
-    def __init__(self, event: Any, host: Any, rows: int):
-        self.event, self.host, self.rows = event, host, rows
+    def __init__(self, event: Any, host: Any):
+        self.event, self.host = event, host
 
 
 def to_device(arr: np.ndarray, device: Any) -> Any:
@@ -119,7 +119,7 @@ def to_host(out: Any, rows: int | None = None) -> Pending:
     host.copy_(src, non_blocking=True)
     event = torch.cuda.Event()
     event.record()
-    return Pending(event, host, src.shape[0])
+    return Pending(event, host)
 
 
 def collect(handle: Any) -> np.ndarray:

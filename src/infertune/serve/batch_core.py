@@ -30,14 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from infertune.batching import bucket_rows, fit_line, plan_batches, plan_by_cost, plan_packed
+from infertune.batching import ASYNC_DEPTH, bucket_rows, fit_line, plan_batches, plan_by_cost, plan_packed
 from infertune.config import Batching
 
 log = logging.getLogger("infertune.serve")
 PAD_MULTIPLE = 8
-# batches launched and not yet answered: one on the device, one queued behind it (double buffering). Session 11,
-# H200, MiniLM at 32 texts per request: one thread doing collate -> forward -> wait -> answer kept the GPU at 48%
-ASYNC_DEPTH = 2
 
 
 class _Window:

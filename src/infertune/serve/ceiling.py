@@ -23,10 +23,9 @@ def forward_ceiling(model: str, device: str | None = None, texts: list[str] | No
                     cuda_graphs: str | None = None) -> dict[str, Any]:
     """Measure the ceiling; returns items/s (median, min, max, n rounds) and how batches were formed."""
     from infertune.artifact import load_model, read_manifest
-    from infertune.batching import pad_length, plan_batches, plan_packed
+    from infertune.batching import ASYNC_DEPTH, pad_length, plan_batches, plan_packed
     from infertune.config import Batching
     from infertune.models.resolve import resolve_model
-    from infertune.serve.batch_core import ASYNC_DEPTH
     from infertune.serve.config import ServeConfig, resolve_settings
     from infertune.serve.engine import PAD_MULTIPLE
 

@@ -157,9 +157,15 @@ def resolve_settings(cfg: ServeConfig, manifest: dict[str, Any] | None) -> Setti
 
 
 def tuned_graphs(manifest: dict[str, Any] | None) -> str | None:
-    """The --cuda-graphs mode the artifact's winner was measured with: packed for a batches=packed candidate."""
-    options = ((manifest or {}).get("candidate") or {}).get("options") or []
-    return "packed" if ["batches", "packed"] in [list(o) for o in options] else None
+    """The --cuda-graphs mode the artifact's winner was measured with (`Candidate.cuda_graphs`), where it is not
+    the default."""
+    cand = (manifest or {}).get("candidate")
+    if not cand:
+        return None
+    from infertune.config import Candidate
+
+    mode = Candidate.model_validate(cand).cuda_graphs
+    return None if mode == "auto" else mode
 
 
 def default_frontends(device: str, gpus: int) -> int:

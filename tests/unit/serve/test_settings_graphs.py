@@ -42,10 +42,9 @@ def test_an_artifact_tuned_with_packed_batches_is_served_packed():
 def test_the_packed_candidate_is_offered_on_a_gpu_for_encoders_only():
     from types import SimpleNamespace
 
-    from infertune.backends.graphs import graphs_mode
     from infertune.tasks.embedding import candidates
 
     opts = candidates.options(SimpleNamespace(device="cuda"), quick=True)  # the GPU list needs no more of a host
     packed = [o for o in opts if o.candidate.option("batches") == "packed"]
-    assert len(packed) == 1 and graphs_mode(packed[0].candidate) == "packed" and "gpu-bf16" in packed[0].needs
-    assert all(graphs_mode(o.candidate) == "auto" for o in opts if o not in packed)
+    assert len(packed) == 1 and packed[0].candidate.cuda_graphs == "packed" and "gpu-bf16" in packed[0].needs
+    assert all(o.candidate.cuda_graphs == "auto" for o in opts if o not in packed)

@@ -246,7 +246,9 @@ class EmbeddingTask(Task):
         per_call = 1 if self.cfg.device == "cpu" else 3
         warm = 0 if cand.id in self.warmed else 1
         # the probe's order: the same batches (CUDA graphs captured in its warm-up are the shapes timed here)
-        extra = {"shuffle": self.cfg.seed} if max_s is None else {"max_s": max_s / per_call, "shuffle": self.cfg.seed}
+        extra: dict[str, Any] = {"shuffle": self.cfg.seed}
+        if max_s is not None:
+            extra["max_s"] = max_s / per_call
         got = worker.call("measure", batching=cand.batching.model_dump(), warmup=warm,
                           warmup_max_s=self._warm_cap(cand, 3.0), passes=per_call, **extra)
         self.warmed.add(cand.id)
