@@ -19,7 +19,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader; npro
 ART=/tmp/minilm
 if [ -z "${SKIP_TUNE:-}" ]; then
   /usr/bin/time -f "tune wall %e s" $I tune /tmp/minilm --device cuda --quick --out /tmp/tunerun --json > $R/tune.json 2> $R/tune.log
-  echo "tune exit $?"; tail -4 $R/tune.log; ART=/tmp/tunerun/artifact
+  rc=$?; echo "tune exit $rc"; tail -4 $R/tune.log; ART=/tmp/tunerun/artifact
+  [ $rc -eq 0 ] || { tail -30 $R/tune.log; exit 1; }
   python3 -c "import json,sys; w=json.load(open(sys.argv[1])).get('winner') or {}; print('tune winner:', w.get('name'), w.get('items_per_s'))" $R/tune.json
 fi
 summary() {  # $1: py-spy raw file, $2: label
@@ -50,7 +51,7 @@ for V in $VARIANTS; do
   FLAGS=""; [ "$F" != d ] && FLAGS="--frontends $F"; [ "$M" != default ] && FLAGS="$FLAGS --cuda-graphs $M"
   $I serve $ART --device cuda --devices 0 --truncate --port 8000 --max-queue 4096 $FLAGS ${EXTRA_SERVE:-} 2> $R/serve_$G.log &
   SRV=$!
-  for _ in $(seq 1 240); do curl -sf localhost:8000/ready > /dev/null && break; sleep 1; done
+  for _ in $(seq 1 240); do curl -sf localhost:8000/ready > /dev/null && break; kill -0 $SRV 2> /dev/null || break; sleep 1; done
   curl -s localhost:8000/ready | head -c 300; echo
   ENG=""; FE=""
   for c in $(pgrep -P $SRV); do

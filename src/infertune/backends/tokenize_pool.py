@@ -15,6 +15,8 @@ The pool belongs to the embedder and lives as long as its process (a tune worker
 from __future__ import annotations
 
 import logging
+import os
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -25,10 +27,22 @@ log = logging.getLogger("infertune")
 _ENCODE: Any = None  # in a pool process: the Rust tokenizer's batch encode
 
 
-def _init(tokenizer_json: str) -> None:
+def _watch_parent(parent: int) -> None:
+    """Exit when the process that started this one is gone (killed on a timeout, say): a pool process otherwise
+    waits on its queue for ever."""
     import os
 
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)
+
+
+def _init(tokenizer_json: str, parent: int) -> None:
+    import os
+    import threading
+
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the processes are the parallelism
+    threading.Thread(target=_watch_parent, args=(parent,), name="infertune-parent-watch", daemon=True).start()
     from tokenizers import Tokenizer
 
     global _ENCODE
@@ -60,11 +74,15 @@ class TokenizerPool:
         # spawned, not forked: the caller (a tune worker) holds a CUDA context; a spawned process imports numpy and
         # tokenizers only (~0.5 s)
         self.pool = ProcessPoolExecutor(processes, mp_context=mp_context or mp.get_context("spawn"),
-                                        initializer=_init, initargs=(rust.to_str(),))
+                                        initializer=_init, initargs=(rust.to_str(), os.getpid()))
+        try:  # start every process now (they start on demand), so a failure shows here and no pass pays for it
+            for f in [self.pool.submit(_encode, ["warm-up"]) for _ in range(processes)]:
+                f.result(timeout=120)
+        except BaseException:
+            self.close()
+            raise
 
     def submit(self, texts: Sequence[str]) -> Future:
-        import time
-
         out: Future = Future()
         t0 = time.perf_counter()
         inner = self.pool.submit(_encode, list(texts))
@@ -102,3 +120,16 @@ def pool_for(emb: Any, processes: int) -> TokenizerPool | None:
         emb._token_pool = False
         return None
     return emb._token_pool
+
+
+def encode_in_processes(tokenizer_json: str, texts: list[str], processes: int = 2) -> list[list[int]]:
+    """The texts' ids from a fresh pool of `processes` tokenizer processes (a check that a pool starts and answers
+    where it runs: in a tune worker, say)."""
+    from tokenizers import Tokenizer
+
+    pool = TokenizerPool(Tokenizer.from_str(tokenizer_json), processes)
+    try:
+        rows, _ = pool.submit(texts).result(timeout=120)
+        return [r.tolist() for r in rows]
+    finally:
+        pool.close()

@@ -136,3 +136,17 @@ def test_tokenizer_processes_give_the_engines_ids_and_feed_the_pass(monkeypatch)
         assert not [e for e in dev.log if e[0] == "tokenize"]  # nothing tokenized in this process
     finally:
         pool.close()
+
+
+def test_a_tune_worker_can_start_tokenizer_processes():
+    """Tune's workers are daemonic processes, and multiprocessing refuses children to a daemon: the first H200
+    tune of session 12 failed its reference that way. A worker starts a tokenizer pool and gets the ids."""
+    from infertune.artifact import load_model
+    from infertune.worker import run_isolated
+
+    emb = load_model("minilm", "cpu")
+    texts = ["a short one", "a somewhat longer sentence about tokenizers and processes"]
+    want = emb.token_ids(texts)
+    got = run_isolated("infertune.backends.tokenize_pool:encode_in_processes",
+                       {"tokenizer_json": emb._fast.rust.to_str(), "texts": texts, "processes": 2}, timeout_s=180)
+    assert got == want
