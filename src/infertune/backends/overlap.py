@@ -40,9 +40,12 @@ TOKENIZERS = max(1, min(4, (os.cpu_count() or 1) // 4))
 
 def processes() -> int:
     """Tokenizer processes on a GPU host: as many as `serve` starts frontends for one GPU (the issue's "same parallel
-    tokenization"); 1 (threads, no processes) on a small host."""
+    tokenization"); 1 (threads, no processes) on a small host. INFERTUNE_TUNE_TOKENIZERS=N sets it (1: threads)."""
     from infertune.serve.config import default_frontends
 
+    forced = os.environ.get("INFERTUNE_TUNE_TOKENIZERS", "").strip()  # a side-by-side check of the choice
+    if forced.isdigit():
+        return int(forced)
     return default_frontends("cuda", 1)
 
 
