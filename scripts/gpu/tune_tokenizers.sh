@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the lent H200: tune's GPU pass with its tokenization on threads of the worker vs in N processes, side by side in
-# one run (INFERTUNE_TUNE_TOKENIZERS, default list "1 12 6"; 1 = threads), the packed fp16 candidate only (plus the
+# one run (INFERTUNE_TUNE_TOKENIZERS, default list "1 12 6"; 1 = threads; "12/eighth" also sets INFERTUNE_TUNE_CHUNK), the packed fp16 candidate only (plus the
 # reference and the naive baseline tune always runs); py-spy samples every process of the second tune for 12 s.
 # Carry [".whl", ".gpu/minilm", ".gpu/restore.py"]. The table is printed last.
 set -uo pipefail
@@ -10,12 +10,12 @@ OUT=${OUT:-/tmp/out}; R=/tmp/res; mkdir -p "$OUT" $R
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc
 [ -d /tmp/minilm ] || python3 .gpu/restore.py /tmp/minilm > /dev/null || exit 1
 i=0
-for N in ${LIST:-1 12 6}; do
-  i=$((i + 1))
-  INFERTUNE_TUNE_TOKENIZERS=$N python3 -m infertune.cli.main tune /tmp/minilm --device cuda --quick --candidates packed \
+for V in ${LIST:-1 12 6}; do  # N or N/eighth (INFERTUNE_TUNE_CHUNK=eighth: chunks of an eighth of the texts)
+  i=$((i + 1)); N=${V%%/*}; C=""; [ "$V" != "$N" ] && C=${V##*/}; N=$N$C
+  INFERTUNE_TUNE_CHUNK=$C INFERTUNE_TUNE_TOKENIZERS=${V%%/*} python3 -m infertune.cli.main tune /tmp/minilm --device cuda --quick --candidates packed \
     --time-budget ${BUDGET:-70} --out /tmp/t$N --json > $R/tune_$N.json 2> $R/tune_$N.log &
   T=$!
-  if [ $i -eq 2 ]; then sleep 35; py-spy record --pid $T --subprocesses -d 12 -r 200 --nonblocking --format raw -o $R/spy_$N.txt > /dev/null 2>&1; fi
+  if [ $i -eq ${SPY:-2} ]; then sleep 35; py-spy record --pid $T --subprocesses -d 12 -r 200 --nonblocking --format raw -o $R/spy_$N.txt > /dev/null 2>&1; fi
   wait $T; echo "tokenizers=$N exit $?"; grep -E "winner|failed|error" $R/tune_$N.log | head -3
 done
 python3 - $R <<'PY'
@@ -29,9 +29,10 @@ for path in glob.glob(f"{R}/spy_*.txt"):
         frames = [f.split(" (")[0] for f in stack.split(";") if f]
         total += int(n); by_thread[frames[-1] if frames else "?"] += int(n)
     print(path, "worker main-thread samples", total, "self:", "; ".join(f"{f} {c / max(total, 1):.0%}" for f, c in by_thread.most_common(12)))
-print("\n| tokenizers | candidate | status | items/s best | median | range | n |\n|---|---|---|---:|---:|---|---:|")
+print("\n| tokenizers[/chunks] | candidate | status | items/s best | median | range | n |\n|---|---|---|---:|---:|---|---:|")
 for path in sorted(glob.glob(f"{R}/tune_*.json")):
     n = path.rsplit("_", 1)[1][:-5]
+    m0 = ""
     try:
         t = json.load(open(path))
     except Exception as e:  # noqa: BLE001
@@ -39,6 +40,6 @@ for path in sorted(glob.glob(f"{R}/tune_*.json")):
     for c in t["candidates"]:
         m = c.get("measurement") or {}
         print(f"| {n} | {c['name']} | {c.get('status')} | {c.get('items_per_s') or 0:,.0f} | {m.get('items_per_s_median') or 0:,.0f} | "
-              f"{m.get('items_per_s_spread')} | {m.get('passes')} |")
+              f"{m.get('items_per_s_spread')} | {m.get('passes')} | {m.get('items_per_pass')} items/pass, {m.get('batches_per_pass')} batches, {m.get('tokens_per_s') or 0:,.0f} tok/s |")
 PY
 tar czf $OUT/res.tgz -C $R .

@@ -58,7 +58,8 @@ def test_every_item_runs_once_with_tokenization_ahead_and_two_in_flight():
     got = emb.measure_pass(TEXTS, Batching(kind="tokens", size=2048, max_items=256), shuffle=3)
     assert got["complete"] and got["items"] >= len(TEXTS)
     assert len(got["latency_ms"]) == len(got["padded_per_batch"]) == got["batches"] > 8
-    toks = [e for e in emb.log if e[0] == "tokenize"]
+    sizing, *toks = [e for e in emb.log if e[0] == "tokenize"]
+    assert sizing[2] == 64  # a sample of the texts, tokenized to size the chunks
     assert len(toks) >= MIN_CHUNKS and all(t[1].startswith("infertune-tokenize") for t in toks)  # off the main thread
     assert sum(t[2] for t in toks) == got["items"] == len(TEXTS) and toks[0][2] == len(TEXTS) // MIN_CHUNKS
     second_collect = [i for i, e in enumerate(emb.log) if e[0] == "collect"][1]
@@ -75,8 +76,8 @@ def test_a_small_pass_goes_round_the_texts_until_it_has_run_enough_chunks():
     every item counts, and the tokens are the texts' tokens, repeats included."""
     emb = SlowDevice()
     texts = TEXTS[:200]
-    got = emb.measure_pass(texts, Batching(kind="tokens", size=8192, max_items=256))
-    toks = [e[2] for e in emb.log if e[0] == "tokenize"]
+    got = emb.measure_pass(texts, Batching(kind="tokens", size=2048, max_items=256))  # a budget under 64 texts
+    toks = [e[2] for e in emb.log if e[0] == "tokenize"][1:]  # after the sample that sizes the chunks
     assert toks == [MIN_CHUNK] * MIN_CHUNKS and got["items"] == sum(toks) > len(texts) and got["complete"]
     per_text = [2 + (i * 37) % 90 for i in range(200)]
     order = [i % 200 for i in range(sum(toks))]
@@ -150,3 +151,20 @@ def test_a_tune_worker_can_start_tokenizer_processes():
     got = run_isolated("infertune.backends.tokenize_pool:encode_in_processes",
                        {"tokenizer_json": emb._fast.rust.to_str(), "texts": texts, "processes": 2}, timeout_s=180)
     assert got == want
+
+
+def test_chunks_hold_about_one_full_batch_of_the_budget(monkeypatch):
+    """A chunk is ~90% of a budget's worth of texts (so the engine's batch is full, as under load), within an
+    eighth of the texts and MAX_CHUNK; INFERTUNE_TUNE_CHUNK=eighth gives the older rule."""
+    from infertune.backends.overlap import MAX_CHUNK, chunk_size
+
+    emb = SlowDevice()
+    sample = [" ".join(["w"] * 49)] * 64  # 50 tokens each with the fake's tokenizer? measured below
+    mean = sum(len(x) for x in emb.token_ids(sample)) / len(sample)
+    assert chunk_size(emb, sample, 640, Batching(kind="tokens", size=16384, max_items=2048)) == int(0.9 * 16384 / mean)
+    assert chunk_size(emb, sample, 640, Batching(kind="tokens", size=1024, max_items=256)) == 80  # an eighth
+    assert chunk_size(emb, sample, 640, Batching(kind="tokens", size=10**6, max_items=8192)) == MAX_CHUNK
+    assert chunk_size(emb, sample, 640, Batching(kind="tokens", size=10**6, max_items=100)) == 100
+    assert chunk_size(emb, sample, 6400, Batching(kind="fixed", size=32)) == 800
+    monkeypatch.setenv("INFERTUNE_TUNE_CHUNK", "eighth")
+    assert chunk_size(emb, sample, 640, Batching(kind="tokens", size=16384, max_items=2048)) == 80
