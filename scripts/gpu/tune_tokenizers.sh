@@ -18,6 +18,10 @@ for V in ${LIST:-1 12 6}; do  # N or N/eighth (INFERTUNE_TUNE_CHUNK=eighth: chun
   if [ $i -eq ${SPY:-2} ]; then sleep 35; py-spy record --pid $T --subprocesses -d 12 -r 200 --nonblocking --format raw -o $R/spy_$N.txt > /dev/null 2>&1; fi
   wait $T; echo "tokenizers=$N exit $?"; grep -E "winner|failed|error" $R/tune_$N.log | head -3
 done
+if [ -n "${FULL:-}" ]; then  # then the whole quick tune, as a user runs it
+  python3 -m infertune.cli.main tune /tmp/minilm --device cuda --quick --out /tmp/tfull --json > $R/full.json 2> $R/full.log
+  echo "full tune exit $?"
+fi
 python3 - $R <<'PY'
 import collections, glob, json, sys
 R = sys.argv[1]
@@ -30,9 +34,8 @@ for path in glob.glob(f"{R}/spy_*.txt"):
         total += int(n); by_thread[frames[-1] if frames else "?"] += int(n)
     print(path, "worker main-thread samples", total, "self:", "; ".join(f"{f} {c / max(total, 1):.0%}" for f, c in by_thread.most_common(12)))
 print("\n| tokenizers[/chunks] | candidate | status | items/s best | median | range | n |\n|---|---|---|---:|---:|---|---:|")
-for path in sorted(glob.glob(f"{R}/tune_*.json")):
-    n = path.rsplit("_", 1)[1][:-5]
-    m0 = ""
+for path in sorted(glob.glob(f"{R}/tune_*.json")) + glob.glob(f"{R}/full.json"):
+    n = "full" if path.endswith("full.json") else path.rsplit("_", 1)[1][:-5]
     try:
         t = json.load(open(path))
     except Exception as e:  # noqa: BLE001
