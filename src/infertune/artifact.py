@@ -57,12 +57,12 @@ def write_manifest(path: Path, spec, candidate, result, saved: dict[str, Any]) -
 def _tokenization(device: str) -> dict[str, int]:
     import os
 
-    from infertune.serve.config import default_frontends
+    from infertune.hardware.sizing import default_frontends, tokenizer_processes
 
     cuda = device == "cuda"
-    fe = default_frontends("cuda", 1) if cuda else 1
     return {"tokenizer_threads": (os.cpu_count() or 1) if cuda else 1,
-            "tokenizer_processes": fe, "frontends_per_gpu": fe}
+            "tokenizer_processes": tokenizer_processes() if cuda else 1,
+            "frontends_per_gpu": default_frontends("cuda", 1) if cuda else 1}
 
 
 def read_manifest(path: str | Path) -> dict[str, Any]:

@@ -60,7 +60,6 @@ def _serve(conn, job: dict[str, Any]) -> None:
     emb = backend.prepare(spec, cand, device, Path(job["workdir"]), job.get("calibration", []))
     if device == "cuda":  # measured as `serve` runs it: CUDA graphs, packed batches where the candidate says
         from infertune.backends.graphs import tuned_engine
-
         from infertune.backends.overlap import start_tokenizers
 
         emb = tuned_engine(emb, cand, device)

@@ -45,6 +45,12 @@ class Embedder:
             fast = self._fast = fast_encoder(self.tokenizer, self.spec.max_length) or False
         return fast(texts) if fast else reference_ids(self.tokenizer, texts, self.spec.max_length)
 
+    def rust_tokenizer(self) -> Any:
+        """The Rust tokenizer whose ids `token_ids` uses (checked equal to transformers' on probe texts), or None
+        where the ids come from transformers (backends/tokenize_pool.py rebuilds it in other processes)."""
+        self.token_ids([""])  # sets up the checked fast path once
+        return getattr(self._fast, "rust", None) if self._fast else None
+
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Untruncated lengths: to report and reject over-length input."""
         return [len(x) for x in self.tokenizer(list(texts), truncation=False)["input_ids"]]

@@ -30,6 +30,7 @@ from typing import Any
 from infertune.backends.tokenize_pool import pool_for
 from infertune.batching import ASYNC_DEPTH, plan_batches, plan_packed
 from infertune.config import Batching
+from infertune.hardware.sizing import tokenizer_processes
 
 MIN_CHUNKS = 8  # a pass runs at least this many chunks (going round the texts again if needed)
 MIN_CHUNK = 64  # texts
@@ -40,14 +41,8 @@ TOKENIZERS = max(1, min(4, (os.cpu_count() or 1) // 4))
 
 
 def processes() -> int:
-    """Tokenizer processes on a GPU host: as many as `serve` starts frontends for one GPU (the issue's "same parallel
-    tokenization"); 1 (threads, no processes) on a small host. INFERTUNE_TUNE_TOKENIZERS=N sets it (1: threads)."""
-    from infertune.serve.config import default_frontends
-
-    forced = os.environ.get("INFERTUNE_TUNE_TOKENIZERS", "").strip()  # a side-by-side check of the choice
-    if forced.isdigit():
-        return int(forced)
-    return default_frontends("cuda", 1)
+    """Tokenizer processes on a GPU host (`hardware.sizing.tokenizer_processes`)."""
+    return tokenizer_processes()
 
 
 def start_tokenizers(emb: Any) -> None:

@@ -108,8 +108,7 @@ def pool_for(emb: Any, processes: int) -> TokenizerPool | None:
     pool = getattr(emb, "_token_pool", None)
     if pool is not None or processes < 2:
         return pool or None
-    emb.token_ids([""])  # sets up the checked fast path (fast_tokens)
-    rust = getattr(getattr(emb, "_fast", None), "rust", None)
+    rust = emb.rust_tokenizer() if hasattr(emb, "rust_tokenizer") else None
     if rust is None:
         emb._token_pool = False
         return None

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from infertune.durations import Seconds
+from infertune.hardware.sizing import default_frontends  # noqa: F401 - serve's name for it
 
 Source = Literal["flag", "artifact", "default"]
 # Padding cap of a CPU batch (padded/real tokens). On CPU a forward pass costs in proportion to padded
@@ -167,13 +168,3 @@ def tuned_graphs(manifest: dict[str, Any] | None) -> str | None:
     mode = Candidate.model_validate(cand).cuda_graphs
     return None if mode == "auto" else mode
 
-
-def default_frontends(device: str, gpus: int) -> int:
-    """One on CPU (the cores belong to the model); on GPUs up to 12 per GPU, leaving two cores per GPU for its
-    engine (batching, answers) and two for the rest. Tokenization bounds a GPU server's frontends: session 11,
-    H200 host of 16 cores, MiniLM packed, same run: 12 frontends served 40,813 items/s at 32 texts per request and
-    22,848 req/s at 1 text, 8 frontends 36,992 and 19,790."""
-    if device == "cpu":
-        return 1
-    g = max(1, gpus)
-    return max(1, min(12 * g, (os.cpu_count() or 2) - 2 * g - 2))

@@ -116,7 +116,7 @@ def test_tokenizer_processes_give_the_engines_ids_and_feed_the_pass(monkeypatch)
     texts = load_workload(None).items[:150]
     emb = load_model("minilm", "cpu")
     want = emb.token_ids(texts)
-    pool = TokenizerPool(emb._fast.rust, 2, mp.get_context("spawn"))
+    pool = TokenizerPool(emb.rust_tokenizer(), 2, mp.get_context("spawn"))
     try:
         rows, seconds = pool.submit(texts).result(timeout=120)
         assert [r.tolist() for r in rows] == want and seconds > 0
@@ -149,7 +149,7 @@ def test_a_tune_worker_can_start_tokenizer_processes():
     texts = ["a short one", "a somewhat longer sentence about tokenizers and processes"]
     want = emb.token_ids(texts)
     got = run_isolated("infertune.backends.tokenize_pool:encode_in_processes",
-                       {"tokenizer_json": emb._fast.rust.to_str(), "texts": texts, "processes": 2}, timeout_s=180)
+                       {"tokenizer_json": emb.rust_tokenizer().to_str(), "texts": texts, "processes": 2}, timeout_s=180)
     assert got == want
 
 
