@@ -57,8 +57,15 @@ def summarize(passes: Sequence[dict[str, Any]], peak_rss_mb: float | None = None
         batches_per_pass=int(passes[0]["batches"]), items_per_pass=int(passes[0]["items"]),
         padding_ratio=padded / max(tokens, 1), p99_per_pass_ms=[round(x, 2) for x in per_pass],
         slo_p99_ms=slo, peak_rss_mb=peak_rss_mb, peak_gpu_mb=peak_gpu_mb,
-        passes=len(passes),
+        passes=len(passes), wait_share=_wait_share(passes, walls),
     )
+
+
+def _wait_share(passes: Sequence[dict[str, Any]], walls: float) -> dict[str, float] | None:
+    if walls <= 0 or not all("wait_tokens_s" in p for p in passes):
+        return None
+    return {"tokens": round(sum(p["wait_tokens_s"] for p in passes) / walls, 4),
+            "device": round(sum(p["wait_device_s"] for p in passes) / walls, 4)}
 
 
 def _batchwise_p99(passes: Sequence[dict[str, Any]]) -> float:

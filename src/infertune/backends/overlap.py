@@ -104,11 +104,15 @@ def overlapped_pass(emb: Any, texts: Sequence[str], batching: Batching, max_s: f
     done_items = done_tokens = launched = 0
     flight: deque = deque()
     last_done = 0.0
+    wait_tokens = wait_device = 0.0  # the main thread blocked on token ids / on the device (diagnostics)
 
     def collect_oldest() -> None:
-        nonlocal last_done, done_items, done_tokens
+        nonlocal last_done, done_items, done_tokens, wait_device
         handle, t_launch, tok_ms, n, real, ran = flight.popleft()
-        emb.postprocess(emb.collect(handle))
+        t = time.perf_counter()
+        rows = emb.collect(handle)
+        wait_device += time.perf_counter() - t
+        emb.postprocess(rows)
         now = time.perf_counter()
         lat.append((now - max(t_launch, last_done)) * 1000 + tok_ms)
         last_done = now
@@ -127,7 +131,9 @@ def overlapped_pass(emb: Any, texts: Sequence[str], batching: Batching, max_s: f
 
         fill()
         while ahead:
+            t = time.perf_counter()
             ids, t_tok = ahead.popleft().result()
+            wait_tokens += time.perf_counter() - t
             fill()
             lengths = [len(x) for x in ids]
             if getattr(emb, "packed", False):  # padding-free batches: planned by real tokens, as the engine does
@@ -157,4 +163,4 @@ def overlapped_pass(emb: Any, texts: Sequence[str], batching: Batching, max_s: f
             f.cancel()
     return {"wall_s": wall, "latency_ms": lat, "items": done_items, "tokens": done_tokens,
             "padded_tokens": sum(padded), "padded_per_batch": padded, "batches": launched,
-            "complete": done_items >= len(order)}  # every text ran (chunks go round the order in turn)
+            "complete": done_items >= len(order), "wait_tokens_s": wait_tokens, "wait_device_s": wait_device}  # every text ran (chunks go round the order in turn)

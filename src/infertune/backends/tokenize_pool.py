@@ -25,29 +25,35 @@ import numpy as np
 
 log = logging.getLogger("infertune")
 _ENCODE: Any = None  # in a pool process: the Rust tokenizer's batch encode
+_BARRIER: Any = None  # in a pool process: where the start-up calls meet (TokenizerPool.__init__)
 
 
 def _watch_parent(parent: int) -> None:
     """Exit when the process that started this one is gone (killed on a timeout, say): a pool process otherwise
     waits on its queue for ever."""
-    import os
-
     while os.getppid() == parent:
         time.sleep(1.0)
     os._exit(0)
 
 
-def _init(tokenizer_json: str, parent: int) -> None:
-    import os
+def _init(tokenizer_json: str, parent: int, barrier: Any = None) -> None:
     import threading
 
+    global _BARRIER, _ENCODE
+    _BARRIER = barrier
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the processes are the parallelism
     threading.Thread(target=_watch_parent, args=(parent,), name="infertune-parent-watch", daemon=True).start()
     from tokenizers import Tokenizer
 
-    global _ENCODE
     rust = Tokenizer.from_str(tokenizer_json)
     _ENCODE = getattr(rust, "encode_batch_fast", None) or rust.encode_batch
+
+
+def _rendezvous() -> int:
+    """Wait until every process of the pool holds one of these calls; this process's pid."""
+    _BARRIER.wait(timeout=60)
+    _encode(["warm-up"])
+    return os.getpid()
 
 
 def _encode(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -73,11 +79,15 @@ class TokenizerPool:
         self.processes = processes
         # spawned, not forked: the caller (a tune worker) holds a CUDA context; a spawned process imports numpy and
         # tokenizers only (~0.5 s)
-        self.pool = ProcessPoolExecutor(processes, mp_context=mp_context or mp.get_context("spawn"),
-                                        initializer=_init, initargs=(rust.to_str(), os.getpid()))
-        try:  # start every process now (they start on demand), so a failure shows here and no pass pays for it
-            for f in [self.pool.submit(_encode, ["warm-up"]) for _ in range(processes)]:
-                f.result(timeout=120)
+        ctx = mp_context or mp.get_context("spawn")
+        self.pool = ProcessPoolExecutor(processes, mp_context=ctx, initializer=_init,
+                                        initargs=(rust.to_str(), os.getpid(), ctx.Barrier(processes)))
+        try:  # start every process now (they start on demand), so a failure shows here and no pass pays for it:
+            # each warm-up call waits at a barrier until all the processes hold one, so every process has started
+            # and answered before the pool is used (a plain warm-up can be answered by the first process alone)
+            self.pids = {f.result(timeout=120) for f in [self.pool.submit(_rendezvous) for _ in range(processes)]}
+            if len(self.pids) != processes:
+                raise RuntimeError(f"{len(self.pids)} of {processes} tokenizer processes answered")
         except BaseException:
             self.close()
             raise

@@ -58,6 +58,12 @@ def test_every_item_runs_once_with_tokenization_ahead_and_two_in_flight():
     got = emb.measure_pass(TEXTS, Batching(kind="tokens", size=2048, max_items=256), shuffle=3)
     assert got["complete"] and got["items"] >= len(TEXTS)
     assert len(got["latency_ms"]) == len(got["padded_per_batch"]) == got["batches"] > 8
+    # what the main thread waited for: the device (collect sleeps 2 ms a batch), within the pass's wall
+    assert 0.002 * got["batches"] <= got["wait_device_s"] < got["wall_s"] and 0 <= got["wait_tokens_s"] < got["wall_s"]
+    from infertune.measure import summarize
+
+    share = summarize([got]).wait_share
+    assert share["device"] == round(got["wait_device_s"] / got["wall_s"], 4) and 0 < share["device"] < 1
     sizing, *toks = [e for e in emb.log if e[0] == "tokenize"]
     assert sizing[2] == 64  # a sample of the texts, tokenized to size the chunks
     assert len(toks) >= MIN_CHUNKS and all(t[1].startswith("infertune-tokenize") for t in toks)  # off the main thread
@@ -168,3 +174,21 @@ def test_chunks_hold_about_one_full_batch_of_the_budget(monkeypatch):
     assert chunk_size(emb, sample, 6400, Batching(kind="fixed", size=32)) == 800
     monkeypatch.setenv("INFERTUNE_TUNE_CHUNK", "eighth")
     assert chunk_size(emb, sample, 640, Batching(kind="tokens", size=16384, max_items=2048)) == 80
+
+
+def test_a_pool_has_every_process_started_before_it_is_used():
+    """The pool's start-up calls meet at a barrier, so each process has started and answered once: no timed pass
+    pays for a process still starting (GPU probes with the pool ran 10-20x slower than later passes in session 12)."""
+    import multiprocessing as mp
+
+    from infertune.artifact import load_model
+    from infertune.backends.tokenize_pool import TokenizerPool
+
+    emb = load_model("minilm", "cpu")
+    pool = TokenizerPool(emb.rust_tokenizer(), 3, mp.get_context("spawn"))
+    try:
+        assert len(pool.pids) == 3 and pool.pids == set(pool.pool._processes)  # each process answered itself
+        rows, _ = pool.submit(["one more"]).result(timeout=60)
+        assert [r.tolist() for r in rows] == emb.token_ids(["one more"])
+    finally:
+        pool.close()

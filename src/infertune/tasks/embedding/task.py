@@ -138,8 +138,11 @@ class EmbeddingTask(Task):
         speed = p["items"] / p["wall_s"]
         p99 = float(np.percentile(p["latency_ms"], 99))
         self.pairs.setdefault(cand.engine_id, []).extend(zip(p["padded_per_batch"], p["latency_ms"], strict=True))
-        return Probe(speed=speed, p99_ms=p99, detail={"items": p["items"], "batches": p["batches"],
-                                                       "batching": cand.batching.id, "complete": p["complete"]})
+        detail = {"items": p["items"], "batches": p["batches"], "batching": cand.batching.id, "complete": p["complete"]}
+        if "wait_tokens_s" in p:  # an overlapped GPU pass: what its main thread waited for, as shares of its wall
+            detail["wait_share"] = {"tokens": round(p["wait_tokens_s"] / p["wall_s"], 4),
+                                    "device": round(p["wait_device_s"] / p["wall_s"], 4)}
+        return Probe(speed=speed, p99_ms=p99, detail=detail)
 
     def run_peers(self, result: TuneResult, out: Path) -> list:
         """tune --peers: our artifact under `infertune serve` vs vLLM's pooling runner on the source model."""
