@@ -45,4 +45,14 @@ for path in sorted(glob.glob(f"{R}/tune_*.json")) + glob.glob(f"{R}/full.json"):
         print(f"| {n} | {c['name']} | {c.get('status')} | {c.get('items_per_s') or 0:,.0f} | {m.get('items_per_s_median') or 0:,.0f} | "
               f"{m.get('items_per_s_spread')} | {m.get('passes')} | {m.get('items_per_pass')} items/pass, {m.get('batches_per_pass')} batches, {m.get('tokens_per_s') or 0:,.0f} tok/s; waits {m.get('wait_share')}, probe {(c.get('probe') or {}).get('speed')} waits {(c.get('probe') or {}).get('wait_share')} |")
 PY
+python3 - $R <<'PY'
+import glob, json, sys
+for path in sorted(glob.glob(f"{sys.argv[1]}/*.json")):
+    try:
+        refine = (json.load(open(path)).get("search") or {}).get("refine") or {}
+    except Exception:  # noqa: BLE001
+        continue
+    for engine, r in refine.items():
+        print(path.rsplit("/", 1)[1], engine, "budget search wait shares (tokens, device) by budget:", r.get("wait_share"))
+PY
 tar czf $OUT/res.tgz -C $R .

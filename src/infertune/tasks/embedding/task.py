@@ -176,6 +176,7 @@ class EmbeddingTask(Task):
         points = [batch_search.Point(cand.batching.size, probe.speed, probe.p99_ms or 0.0)]
         t_end = time.monotonic() + share_s
         variants: dict[int, Candidate] = {cand.batching.size: cand}
+        waits = {cand.batching.size: probe.detail.get("wait_share")}  # overlapped GPU passes only (diagnostics)
         for _ in range(batch_search.MAX_STEPS):
             nxt = batch_search.next_budget(points, pairs, longest, slo, dev)
             if nxt is None or time.monotonic() + 2 * cap > t_end:
@@ -189,6 +190,7 @@ class EmbeddingTask(Task):
                 break
             variants[nxt] = v
             points.append(batch_search.Point(nxt, pr.speed, pr.p99_ms or 0.0))
+            waits[nxt] = pr.detail.get("wait_share")
         best, pred = batch_search.choose(points, pairs, longest, slo)
         chosen = variants[best.tokens]
         a, b = batch_search.fit(pairs)
@@ -197,6 +199,8 @@ class EmbeddingTask(Task):
             "latency_model": {"a_ms": round(a, 3), "ms_per_padded_token": round(b, 5), "n": len(pairs),
                               "longest_item_tokens": longest},
             "points": [p.as_dict(slo, pred[p.tokens]) for p in points]}
+        if any(waits.values()):
+            run.log["refine"][cand.engine_id]["wait_share"] = {str(k): v for k, v in waits.items() if v}
         for v in variants.values():  # the points not chosen live in search.refine, not as candidates
             if v is not chosen:
                 run.charge(chosen, run.spent.pop(v.id, 0.0))
