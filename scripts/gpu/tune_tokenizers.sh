@@ -23,6 +23,16 @@ if [ -n "${FULL:-}" ]; then  # then the whole quick tune, as a user runs it
   echo "full tune exit $?"
 fi
 python3 - $R <<'PY'
+import glob, json, sys
+for path in sorted(glob.glob(f"{sys.argv[1]}/*.json")):
+    try:
+        refine = (json.load(open(path)).get("search") or {}).get("refine") or {}
+    except Exception:  # noqa: BLE001
+        continue
+    for engine, r in refine.items():
+        print(path.rsplit("/", 1)[1], engine, "budget search wait shares (tokens, device) by budget:", r.get("wait_share"))
+PY
+python3 - $R <<'PY'
 import collections, glob, json, sys
 R = sys.argv[1]
 for path in glob.glob(f"{R}/spy_*.txt"):
@@ -44,15 +54,5 @@ for path in sorted(glob.glob(f"{R}/tune_*.json")) + glob.glob(f"{R}/full.json"):
         m = c.get("measurement") or {}
         print(f"| {n} | {c['name']} | {c.get('status')} | {c.get('items_per_s') or 0:,.0f} | {m.get('items_per_s_median') or 0:,.0f} | "
               f"{m.get('items_per_s_spread')} | {m.get('passes')} | {m.get('items_per_pass')} items/pass, {m.get('batches_per_pass')} batches, {m.get('tokens_per_s') or 0:,.0f} tok/s; waits {m.get('wait_share')}, probe {(c.get('probe') or {}).get('speed')} waits {(c.get('probe') or {}).get('wait_share')} |")
-PY
-python3 - $R <<'PY'
-import glob, json, sys
-for path in sorted(glob.glob(f"{sys.argv[1]}/*.json")):
-    try:
-        refine = (json.load(open(path)).get("search") or {}).get("refine") or {}
-    except Exception:  # noqa: BLE001
-        continue
-    for engine, r in refine.items():
-        print(path.rsplit("/", 1)[1], engine, "budget search wait shares (tokens, device) by budget:", r.get("wait_share"))
 PY
 tar czf $OUT/res.tgz -C $R .
