@@ -57,11 +57,14 @@ def summarize(passes: Sequence[dict[str, Any]], peak_rss_mb: float | None = None
         batches_per_pass=int(passes[0]["batches"]), items_per_pass=int(passes[0]["items"]),
         padding_ratio=padded / max(tokens, 1), p99_per_pass_ms=[round(x, 2) for x in per_pass],
         slo_p99_ms=slo, peak_rss_mb=peak_rss_mb, peak_gpu_mb=peak_gpu_mb,
-        passes=len(passes), wait_share=_wait_share(passes, walls),
+        passes=len(passes), wait_share=wait_share(passes),
     )
 
 
-def _wait_share(passes: Sequence[dict[str, Any]], walls: float) -> dict[str, float] | None:
+def wait_share(passes: Sequence[dict[str, Any]]) -> dict[str, float] | None:
+    """What the main thread of overlapped GPU passes waited for, as shares of their wall time: token ids and the
+    device (backends/overlap.py); None for other passes."""
+    walls = sum(p["wall_s"] for p in passes)
     if walls <= 0 or not all("wait_tokens_s" in p for p in passes):
         return None
     return {"tokens": round(sum(p["wait_tokens_s"] for p in passes) / walls, 4),

@@ -5,14 +5,12 @@ waiting for the device before the next was built. Its figure measured the host, 
 H200, MiniLM's tune winner ran 20,106 items/s while the forward-only ceiling of the same artifact was 55,672.
 `serve` tokenizes in frontend processes while the engine runs, and launches a batch before it answers the last.
 
-How: tokenizer processes, as many as `serve` starts frontends for one GPU (backends/tokenize_pool.py; on a small host,
-or without a checked Rust tokenizer, threads of this process), tokenize the next chunks of the (shuffled) texts while
-this thread plans the current chunk's batches the way the engine does (by real tokens for
-a packed engine), launches each, and collects the one before it (`Embedder.launch` / `collect`: at most two in
-flight). A chunk is an eighth of the texts (at least 64), and a pass runs at least MIN_CHUNKS of them, going round
-the texts again when there are few. Session 11 on the H200 (MiniLM, packed fp16): chunks of 88 texts measured
-39,476 items/s, close to what `serve` then delivered at 32 texts per request (40,813); windows of half a token
-budget (380 texts) measured 12,565, whatever held them back. Items/s is the pass's items over its wall time,
+How: tokenizer processes, as many as `serve` starts frontends for one GPU (backends/tokenize_pool.py; on a small
+host, or without a checked Rust tokenizer, threads of this process), tokenize the next chunks of the (shuffled)
+texts while this thread plans the current chunk's batches the way the engine does (by real tokens for a packed
+engine), launches each, and collects the one before it (`Embedder.launch` / `collect`: at most two in flight). A
+chunk is about one full batch of the candidate's budget (`chunk_size`); a pass runs at least MIN_CHUNKS of them and
+two per tokenizer, going round the texts again when there are few. Items/s is the pass's items over its wall time,
 first tokenization to last rows. A batch's latency is its device time (from its launch, or from the end of the
 batch it queued behind) plus its share of its chunk's tokenization.
 """
@@ -40,17 +38,12 @@ MAX_CHUNK = 512  # texts: a pass runs >= 2 chunks per tokenizer, so bigger chunk
 TOKENIZERS = max(1, min(4, (os.cpu_count() or 1) // 4))
 
 
-def processes() -> int:
-    """Tokenizer processes on a GPU host (`hardware.sizing.tokenizer_processes`)."""
-    return tokenizer_processes()
-
-
 def start_tokenizers(emb: Any) -> None:
     """Start the embedder's tokenizer processes now (a GPU engine that overlaps), not inside its first timed pass:
     12 spawned processes take seconds, and session 12's first run counted them in the packed candidate's probe
     (1,105 items/s, rejected)."""
     if getattr(emb, "async_launch", False) and _on_gpu(emb):
-        pool_for(emb, processes())
+        pool_for(emb, tokenizer_processes())
 
 
 def _on_gpu(emb: Any) -> bool:
@@ -81,7 +74,7 @@ def overlapped_pass(emb: Any, texts: Sequence[str], batching: Batching, max_s: f
     order = list(range(len(texts)))
     if shuffle is not None:
         random.Random(shuffle).shuffle(order)
-    procs = pool_for(emb, processes()) if _on_gpu(emb) else None
+    procs = pool_for(emb, tokenizer_processes()) if _on_gpu(emb) else None
     inflight = procs.processes if procs else TOKENIZERS
     min_chunks = max(MIN_CHUNKS, 2 * inflight)  # every tokenizer has work while the first chunks run
     size = chunk_size(emb, [texts[i] for i in order[:64]], len(order), batching)
@@ -163,4 +156,5 @@ def overlapped_pass(emb: Any, texts: Sequence[str], batching: Batching, max_s: f
             f.cancel()
     return {"wall_s": wall, "latency_ms": lat, "items": done_items, "tokens": done_tokens,
             "padded_tokens": sum(padded), "padded_per_batch": padded, "batches": launched,
-            "complete": done_items >= len(order), "wait_tokens_s": wait_tokens, "wait_device_s": wait_device}  # every text ran (chunks go round the order in turn)
+            "complete": done_items >= len(order),  # every text ran (chunks go round the order in turn)
+            "wait_tokens_s": wait_tokens, "wait_device_s": wait_device}

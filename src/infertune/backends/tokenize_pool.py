@@ -118,7 +118,7 @@ def pool_for(emb: Any, processes: int) -> TokenizerPool | None:
     pool = getattr(emb, "_token_pool", None)
     if pool is not None or processes < 2:
         return pool or None
-    rust = emb.rust_tokenizer() if hasattr(emb, "rust_tokenizer") else None
+    rust = emb.rust_tokenizer()
     if rust is None:
         emb._token_pool = False
         return None

@@ -9,7 +9,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from infertune.durations import Seconds
-from infertune.hardware.sizing import default_frontends  # noqa: F401 - serve's name for it
 
 Source = Literal["flag", "artifact", "default"]
 # Padding cap of a CPU batch (padded/real tokens). On CPU a forward pass costs in proportion to padded

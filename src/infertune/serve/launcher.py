@@ -26,7 +26,8 @@ import time
 from typing import Any
 
 from infertune.errors import InfertuneError
-from infertune.serve.config import ServeConfig, ServeResult, Settings, default_frontends
+from infertune.hardware.sizing import default_frontends
+from infertune.serve.config import ServeConfig, ServeResult, Settings
 from infertune.serve.http import bind_tcp
 from infertune.serve.supervisor import _describe_exit, await_ready
 

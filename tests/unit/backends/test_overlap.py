@@ -133,7 +133,7 @@ def test_tokenizer_processes_give_the_engines_ids_and_feed_the_pass(monkeypatch)
 
         dev = Null()
         dev.device, dev._token_pool = "cuda", pool
-        monkeypatch.setattr(overlap, "processes", lambda: 2)
+        monkeypatch.setattr(overlap, "tokenizer_processes", lambda: 2)
         got = dev.measure_pass(texts, Batching(kind="tokens", size=4096, max_items=256), shuffle=1)
         import random
 

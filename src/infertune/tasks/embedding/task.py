@@ -134,14 +134,15 @@ class EmbeddingTask(Task):
     def probe(self, worker, cand, cap_s: float) -> Probe:
         import numpy as np
 
+        from infertune.measure import wait_share
+
         p = self._timed(worker, cand, cap_s)
         speed = p["items"] / p["wall_s"]
         p99 = float(np.percentile(p["latency_ms"], 99))
         self.pairs.setdefault(cand.engine_id, []).extend(zip(p["padded_per_batch"], p["latency_ms"], strict=True))
         detail = {"items": p["items"], "batches": p["batches"], "batching": cand.batching.id, "complete": p["complete"]}
-        if "wait_tokens_s" in p:  # an overlapped GPU pass: what its main thread waited for, as shares of its wall
-            detail["wait_share"] = {"tokens": round(p["wait_tokens_s"] / p["wall_s"], 4),
-                                    "device": round(p["wait_device_s"] / p["wall_s"], 4)}
+        if (share := wait_share([p])) is not None:  # an overlapped GPU pass: what its main thread waited for
+            detail["wait_share"] = share
         return Probe(speed=speed, p99_ms=p99, detail=detail)
 
     def run_peers(self, result: TuneResult, out: Path) -> list:
