@@ -45,11 +45,11 @@ class Embedder:
             fast = self._fast = fast_encoder(self.tokenizer, self.spec.max_length) or False
         return fast(texts) if fast else reference_ids(self.tokenizer, texts, self.spec.max_length)
 
-    def rust_tokenizer(self) -> Any:
-        """The Rust tokenizer whose ids `token_ids` uses (checked equal to transformers' on probe texts), or None
-        where the ids come from transformers (backends/tokenize_pool.py rebuilds it in other processes)."""
+    def token_encoder(self) -> Any:
+        """The checked fast encoder `token_ids` uses (fast_tokens.TokenIds: tokie or the Rust tokenizer; its `recipe`
+        rebuilds it in other processes, backends/tokenize_pool.py), or None where the ids come from transformers."""
         self.token_ids([""])  # sets up the checked fast path once
-        return getattr(self._fast, "rust", None) if self._fast else None
+        return self._fast or None
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Untruncated lengths: to report and reject over-length input."""

@@ -6,9 +6,9 @@ pass, tokenizing on threads of one process (the Rust tokenizer's own parallelism
 items/s (median of 30 passes) for the same engine. The issue asks tune to measure "with the same parallel
 tokenization" as serve: the same number of processes as serve starts frontends per GPU (`default_frontends`).
 
-How: each process rebuilds the Rust tokenizer that `fast_tokens.fast_encoder` set up and checked against
-transformers (its JSON, `to_str()`), so the ids are the ones the engine would get; it imports `tokenizers` and
-numpy only. A chunk goes out as its texts and comes back as (lengths, flat ids) int32 arrays, split into rows here.
+How: each process rebuilds the encoder that `fast_tokens.fast_encoder` set up and checked against transformers (its
+`recipe`: tokie or the Rust tokenizer, from the same JSON), so the ids are the ones the engine would get; it imports
+`tokenizers` (and tokie) and numpy only. A chunk goes out as its texts and comes back as (lengths, flat ids) int32 arrays, split into rows here.
 The pool belongs to the embedder and lives as long as its process (a tune worker), so it starts once.
 """
 
@@ -36,17 +36,16 @@ def _watch_parent(parent: int) -> None:
     os._exit(0)
 
 
-def _init(tokenizer_json: str, parent: int, barrier: Any = None) -> None:
+def _init(recipe: tuple, parent: int, barrier: Any = None) -> None:
     import threading
 
     global _BARRIER, _ENCODE
     _BARRIER = barrier
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the processes are the parallelism
     threading.Thread(target=_watch_parent, args=(parent,), name="infertune-parent-watch", daemon=True).start()
-    from tokenizers import Tokenizer
+    from infertune.fast_tokens import from_recipe
 
-    rust = Tokenizer.from_str(tokenizer_json)
-    _ENCODE = getattr(rust, "encode_batch_fast", None) or rust.encode_batch
+    _ENCODE = from_recipe(recipe)
 
 
 def _rendezvous() -> int:
@@ -57,7 +56,7 @@ def _rendezvous() -> int:
 
 
 def _encode(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    rows = [e.ids for e in _ENCODE(texts)]
+    rows = _ENCODE(texts)
     lens = np.fromiter((len(r) for r in rows), dtype=np.int32, count=len(rows))
     flat = np.fromiter((i for r in rows for i in r), dtype=np.int32, count=int(lens.sum()))
     return lens, flat
@@ -72,16 +71,16 @@ class TokenizerPool:
     """`submit(texts)` -> a Future of (the texts' ids as a list of int64 arrays, seconds from submit to result),
     computed in another process."""
 
-    def __init__(self, rust: Any, processes: int, mp_context: Any = None):
+    def __init__(self, recipe: tuple, processes: int, mp_context: Any = None):
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
 
         self.processes = processes
         # spawned, not forked: the caller (a tune worker) holds a CUDA context; a spawned process imports numpy and
-        # tokenizers only (~0.5 s)
+        # the tokenizers only (~0.5 s)
         ctx = mp_context or mp.get_context("spawn")
         self.pool = ProcessPoolExecutor(processes, mp_context=ctx, initializer=_init,
-                                        initargs=(rust.to_str(), os.getpid(), ctx.Barrier(processes)))
+                                        initargs=(recipe, os.getpid(), ctx.Barrier(processes)))
         try:  # start every process now (they start on demand), so a failure shows here and no pass pays for it:
             # each warm-up call waits at a barrier until all the processes hold one, so every process has started
             # and answered before the pool is used (a plain warm-up can be answered by the first process alone)
@@ -114,16 +113,16 @@ class TokenizerPool:
 
 def pool_for(emb: Any, processes: int) -> TokenizerPool | None:
     """The embedder's tokenizer pool (started on first use), or None where its ids come only from transformers
-    (no Rust tokenizer that matches) or processes cannot start."""
+    (no fast encoder that matches) or processes cannot start."""
     pool = getattr(emb, "_token_pool", None)
     if pool is not None or processes < 2:
         return pool or None
-    rust = emb.rust_tokenizer()
-    if rust is None:
+    enc = emb.token_encoder()
+    if enc is None:
         emb._token_pool = False
         return None
     try:
-        emb._token_pool = TokenizerPool(rust, processes)
+        emb._token_pool = TokenizerPool(enc.recipe, processes)
     except Exception as e:  # noqa: BLE001 - threads of this process tokenize instead
         log.warning("tokenizer processes did not start (%s: %s); tokenizing on threads", type(e).__name__, e)
         emb._token_pool = False
@@ -131,12 +130,10 @@ def pool_for(emb: Any, processes: int) -> TokenizerPool | None:
     return emb._token_pool
 
 
-def encode_in_processes(tokenizer_json: str, texts: list[str], processes: int = 2) -> list[list[int]]:
+def encode_in_processes(recipe: tuple, texts: list[str], processes: int = 2) -> list[list[int]]:
     """The texts' ids from a fresh pool of `processes` tokenizer processes (a check that a pool starts and answers
     where it runs: in a tune worker, say)."""
-    from tokenizers import Tokenizer
-
-    pool = TokenizerPool(Tokenizer.from_str(tokenizer_json), processes)
+    pool = TokenizerPool(tuple(recipe), processes)
     try:
         rows, _ = pool.submit(texts).result(timeout=120)
         return [r.tolist() for r in rows]

@@ -338,9 +338,10 @@ def warm_shapes(emb: Any, rows: list[list[int]]) -> None:
     emb.synchronize()
 
 
-def over_limit(emb: Any, texts: list[str], rows: list[list[int]], limit: int) -> ApiError | None:
+def over_limit(emb: Any, texts: list[str], rows: list[list[int]], limit: int, offset: int = 0) -> ApiError | None:
     """The 400 for the first text longer than `limit` tokens (rows were tokenized with truncation, so a
-    row at the limit may have been cut: those are counted again untruncated), or None."""
+    row at the limit may have been cut: those are counted again untruncated), or None. `offset`: where `texts`
+    start in the request (its error names the request's index)."""
     at_limit = [i for i, r in enumerate(rows) if len(r) >= limit]
     if not at_limit:
         return None
@@ -349,6 +350,7 @@ def over_limit(emb: Any, texts: list[str], rows: list[list[int]], limit: int) ->
     if not over:
         return None
     i, n = over[0]
+    i += offset
     return ApiError(400, f"input[{i}] has {n} tokens; this model's limit is {limit} tokens. Shorten it, or "
                     "start the server with --truncate", param="input", code="context_length_exceeded")
 

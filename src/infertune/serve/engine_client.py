@@ -26,6 +26,7 @@ from infertune.serve.schema import ApiError, EmbeddingRequest, render
 
 log = logging.getLogger("infertune.serve")
 THREAD_TEXTS = 16  # requests with at least this many texts are tokenized (and rendered) off the loop
+SLICE_TEXTS = 256  # a tokenizer that holds the GIL (tokie) tokenizes a big request on the loop, this many a turn
 
 
 class EngineClient:
@@ -108,7 +109,7 @@ class EngineClient:
 
     async def _submit(self, req: EmbeddingRequest, served_name: str, timeout_s: float) -> bytes:
         big = req.n >= THREAD_TEXTS
-        rows = await asyncio.to_thread(self._tokenize, req) if big else self._tokenize(req)
+        rows = await self._rows(req) if big else self._tokenize(req)
         live = [i for i, u in enumerate(self.up) if u]
         if not live:
             raise ApiError(503, "no engine process is up (starting or restarting); poll GET /ready",
@@ -134,12 +135,28 @@ class EngineClient:
             return await asyncio.to_thread(render, vec, req.encoding_format, served_name, tokens, req.dimensions)
         return render(vec, req.encoding_format, served_name, tokens, req.dimensions)
 
-    def _tokenize(self, req: EmbeddingRequest) -> list[list[int]]:
+    async def _rows(self, req: EmbeddingRequest) -> list[list[int]]:
+        """A big request's rows, off the loop where the tokenizer lets threads run beside it (the Rust tokenizer
+        releases the GIL); tokie holds it, so a thread would only contend with this loop: it tokenizes here, a
+        slice a turn, so other requests move between slices."""
+        enc = self.emb.token_encoder() if req.texts is not None else None
+        if enc is None or not enc.holds_gil:
+            return await asyncio.to_thread(self._tokenize, req)
+        rows: list[list[int]] = []
+        for at in range(0, req.n, SLICE_TEXTS):
+            if at:
+                await asyncio.sleep(0)
+            rows += self._tokenize(req, slice(at, at + SLICE_TEXTS))
+        return rows
+
+    def _tokenize(self, req: EmbeddingRequest, part: slice = slice(None)) -> list[list[int]]:
         if req.texts is None:
             return req.ids or []  # checked and cut to the limit by parse_request
         t0 = time.perf_counter()
-        rows = self.emb.token_ids(req.texts)
-        if not self.truncate and (err := over_limit(self.emb, req.texts, rows, self.emb.spec.max_length)):
+        texts = req.texts[part]
+        rows = self.emb.token_ids(texts)
+        if not self.truncate and (err := over_limit(self.emb, texts, rows, self.emb.spec.max_length,
+                                                     offset=part.start or 0)):
             raise err
         self.m.stage_seconds.labels("tokenize").observe(time.perf_counter() - t0)
         return rows

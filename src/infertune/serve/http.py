@@ -183,7 +183,7 @@ def create_app(st: State):
             raise ApiError(503, f"the model worker is restarting (restart {worker.get('restarts')}); poll GET /ready",
                            type="server_error", headers={"Retry-After": "1"})
         return {"status": "ready", "model": st.served[0], "load_s": st.load_s,
-                "settings": st.settings.model_dump(), "backend": _describe(st.embedder), "worker": worker,
+                "settings": st.settings.model_dump(), "backend": _describe(st.embedder), "tokenizer": _tokenizer(st.embedder), "worker": worker,
                 "limits": {"max_queue": cfg.max_queue, "max_items_per_request": cfg.max_items_per_request,
                            "max_body_bytes": cfg.max_body_bytes, "request_timeout_s": cfg.request_timeout_s,
                            "max_input_tokens": st.embedder.spec.max_length, "truncate": cfg.truncate}}
@@ -305,6 +305,15 @@ def _describe(emb: Any) -> dict[str, Any]:
         return {k: v for k, v in d.items() if k != "leaf_modules"}
     except Exception:  # noqa: BLE001
         return {}
+
+
+def _tokenizer(emb: Any) -> dict[str, Any]:
+    """Which tokenizer gives this process's token ids (fast_tokens.py): tokie, the Rust tokenizer or transformers."""
+    try:
+        enc = emb.token_encoder()
+    except Exception:  # noqa: BLE001 - an embedder without one (a worker proxy, a fake)
+        return {}
+    return enc.describe() if enc is not None else {"tokenizer": "transformers"}
 
 
 def bind_tcp(host: str, port: int, *, reuse_port: bool = False, listen: bool = True) -> socket.socket:

@@ -14,6 +14,7 @@ import time
 from collections import Counter
 
 import httpx
+import numpy as np
 from serve_helpers import embed, metric
 
 
@@ -120,3 +121,31 @@ def test_killed_engine_fails_its_requests_and_is_restarted(fake_server):
     again = embed(srv.url, ["a b c", "d e"], "fake")
     assert again.status_code == 200 and again.json()["data"] == ok.json()["data"]
     assert srv.proc.poll() is None
+
+
+def test_minilm_frontends_tokenize_big_requests_with_the_checked_fast_tokenizer():
+    """Real MiniLM behind 2 frontends: /ready names the tokenizer the frontends use (tokie where installed: it holds
+    the GIL, so a big request is tokenized on the loop in slices of 256), a 280-text request (two slices) gets the
+    vectors of the same texts sent 8 at a time, in order, and an over-long text in the second slice is named by its
+    index in the whole request."""
+    from serve_helpers import bench, cos_rows
+
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda".split()
+    texts = [f"sentence {i}: {words[i % 11]} {words[i * 7 % 11]} and {words[i * 3 % 11]}" for i in range(280)]
+    srv = bench.ours("minilm", "--frontends", "2", "--drain-s", "0", capture=True).wait_ready(240)
+    try:
+        tok = httpx.get(srv.url + "/ready", timeout=10).json()["tokenizer"]
+        try:
+            import tokie  # noqa: F401
+            assert tok["tokenizer"] == "tokie", tok
+        except ImportError:
+            assert tok["tokenizer"] == "tokenizers", tok
+        r = embed(srv.url, texts)
+        assert r.status_code == 200, r.text
+        got = np.array([d["embedding"] for d in r.json()["data"]], dtype=np.float32)
+        small = [d["embedding"] for i in range(0, 280, 8) for d in embed(srv.url, texts[i:i + 8]).json()["data"]]
+        assert got.shape == (280, 384) and cos_rows(got, np.array(small, dtype=np.float32)).min() >= 0.9999
+        bad = embed(srv.url, [*texts[:270], "token " * 600, *texts[270:]])
+        assert bad.status_code == 400 and "input[270] has" in bad.json()["error"]["message"], bad.text
+    finally:
+        srv.stop()

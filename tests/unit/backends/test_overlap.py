@@ -110,7 +110,7 @@ def test_several_tokenizer_threads_keep_the_chunks_in_order(monkeypatch):
 
 
 def test_tokenizer_processes_give_the_engines_ids_and_feed_the_pass(monkeypatch):
-    """The tokenizer processes rebuild the Rust tokenizer that was checked against transformers: the same ids as
+    """The tokenizer processes rebuild the encoder that was checked against transformers (tokie or the Rust tokenizer): the same ids as
     the embedder's own token_ids; a pass tokenized in them runs every item once, as with threads."""
     import multiprocessing as mp
 
@@ -122,7 +122,7 @@ def test_tokenizer_processes_give_the_engines_ids_and_feed_the_pass(monkeypatch)
     texts = load_workload(None).items[:150]
     emb = load_model("minilm", "cpu")
     want = emb.token_ids(texts)
-    pool = TokenizerPool(emb.rust_tokenizer(), 2, mp.get_context("spawn"))
+    pool = TokenizerPool(emb.token_encoder().recipe, 2, mp.get_context("spawn"))
     try:
         rows, seconds = pool.submit(texts).result(timeout=120)
         assert [r.tolist() for r in rows] == want and seconds > 0
@@ -155,7 +155,7 @@ def test_a_tune_worker_can_start_tokenizer_processes():
     texts = ["a short one", "a somewhat longer sentence about tokenizers and processes"]
     want = emb.token_ids(texts)
     got = run_isolated("infertune.backends.tokenize_pool:encode_in_processes",
-                       {"tokenizer_json": emb.rust_tokenizer().to_str(), "texts": texts, "processes": 2}, timeout_s=180)
+                       {"recipe": list(emb.token_encoder().recipe), "texts": texts, "processes": 2}, timeout_s=180)
     assert got == want
 
 
@@ -185,7 +185,7 @@ def test_a_pool_has_every_process_started_before_it_is_used():
     from infertune.backends.tokenize_pool import TokenizerPool
 
     emb = load_model("minilm", "cpu")
-    pool = TokenizerPool(emb.rust_tokenizer(), 3, mp.get_context("spawn"))
+    pool = TokenizerPool(emb.token_encoder().recipe, 3, mp.get_context("spawn"))
     try:
         assert len(pool.pids) == 3 and pool.pids == set(pool.pool._processes)  # each process answered itself
         rows, _ = pool.submit(["one more"]).result(timeout=60)
