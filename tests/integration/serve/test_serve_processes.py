@@ -130,7 +130,7 @@ def test_minilm_frontends_tokenize_big_requests_with_the_checked_fast_tokenizer(
     index in the whole request."""
     from serve_helpers import bench, cos_rows
 
-    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda".split()
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda"]
     texts = [f"sentence {i}: {words[i % 11]} {words[i * 7 % 11]} and {words[i * 3 % 11]}" for i in range(280)]
     srv = bench.ours("minilm", "--frontends", "2", "--drain-s", "0", capture=True).wait_ready(240)
     try:
