@@ -35,7 +35,7 @@ PY
 /usr/bin/time -f "tune wall %e s" $I tune $M --device $DEV --quick --workload /tmp/texts512.jsonl --out $TUNE --json > "$OUT/tune.json"
 echo "tune exit $?"
 [ -d $TUNE/artifact ] || { echo "no artifact: stopping"; exit 1; }
-[ "$DEV" = cuda ] && { [ -d /tmp/minilm ] || $PY .gpu/restore.py /tmp/minilm; INFERTUNE_TEST_MINILM=/tmp/minilm $PY -m pytest -q -p no:cacheprovider tests/gpu/test_cuda_graphs.py -s 2>&1 | grep -E "^E |MiniLM|packed|passed|failed|Error" | head -30; }
+[ "$DEV" = cuda ] && { [ -d /tmp/minilm ] || $PY scripts/gpu/restore_minilm.py /tmp/minilm; INFERTUNE_TEST_MINILM=/tmp/minilm $PY -m pytest -q -p no:cacheprovider tests/gpu/test_cuda_graphs.py -s 2>&1 | grep -E "^E |MiniLM|packed|passed|failed|Error" | head -30; }
 # Modes side by side in this run (MODES, default "padded auto"): a CUDA-graph mode (padded batches, or auto =
 # packed ones for a decoder), optionally +waitMS for an explicit --max-wait-ms. Each: served c=64; the
 # forward-only ceiling once per graph mode.

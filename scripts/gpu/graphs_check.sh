@@ -6,7 +6,7 @@ set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/site/bin:$PATH HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-python3 .gpu/restore.py /tmp/minilm > /dev/null
+python3 scripts/gpu/restore_minilm.py /tmp/minilm > /dev/null
 INFERTUNE_TEST_MINILM=/tmp/minilm python3 -m pytest -q -p no:cacheprovider tests/gpu/test_cuda_graphs.py -s 2>&1 | grep -E "^E |MiniLM|passed|failed" | head -12
 python3 -c "
 from infertune.workload import load_workload; import json

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # On the lent H200: where does `infertune serve` spend its time under load? GPU tests -> tune (quick) -> for each
-# serve variant in VARIANTS (FRONTENDS/MODE, default "8/default 12/default"; MODE is a --cuda-graphs mode, default =
-# the artifact's own; FRONTENDS "d" = serve's default): serve on one GPU, and for each bench
+# serve variant in VARIANTS (FRONTENDS/MODE[/TOKENIZER], default "8/default 12/default"; MODE is a --cuda-graphs mode,
+# default = the artifact's own; FRONTENDS "d" = serve's default; TOKENIZER sets INFERTUNE_TOKENIZER for that serve:
+# tokenizers = the Rust tokenizer instead of tokie): serve on one GPU, and for each bench
 # point (1 input/request c=256; 32 inputs/request c=32) py-spy samples the engine and one frontend for 8 s while
 # the bench runs, nvidia-smi samples GPU utilisation and top every process's CPU share -> the forward-only ceiling
-# of each mode. Everything lands in $OUT/res.tgz; the summary table is printed last. Carry [".whl", ".gpu/minilm",
-# ".gpu/restore.py"].
+# of each mode. Everything lands in $OUT/res.tgz; the summary table is printed last. Carry [".whl", ".gpu"] (scripts/gpu/carry.sh makes them).
+#
 # Env: SKIP_TUNE=1 (serve the untuned fp32 model), SKIP_TESTS=1, EXTRA_SERVE (more serve flags), VARIANTS.
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -13,13 +14,13 @@ export PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/site/bin:$PATH HF_HUB_OFFLINE=1 P
 OUT=${OUT:-/tmp/out}; R=/tmp/res; mkdir -p "$OUT" $R
 I="python3 -m infertune.cli.main"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader; nproc
-[ -d /tmp/minilm ] || python3 .gpu/restore.py /tmp/minilm > /dev/null || exit 1
+[ -d /tmp/minilm ] || python3 scripts/gpu/restore_minilm.py /tmp/minilm > /dev/null || exit 1
 [ -z "${SKIP_TESTS:-}" ] && INFERTUNE_TEST_MINILM=/tmp/minilm python3 -m pytest -q -p no:cacheprovider \
   tests/gpu/test_cuda_graphs.py -s 2>&1 | grep -E "^E |MiniLM|packed|passed|failed|Error" | head -20
 ART=/tmp/minilm
 if [ -z "${SKIP_TUNE:-}" ]; then
   /usr/bin/time -f "tune wall %e s" $I tune /tmp/minilm --device cuda --quick --out /tmp/tunerun --json > $R/tune.json 2> $R/tune.log
-  rc=$?; echo "tune exit $rc"; tail -4 $R/tune.log; ART=/tmp/tunerun/artifact
+  rc=$?; echo "tune exit $rc"; tail -4 $R/tune.log; ART=/tmp/tunerun/artifact; tar czf $OUT/res.tgz -C $R .
   [ $rc -eq 0 ] || { tail -30 $R/tune.log; exit 1; }
   python3 -c "import json,sys; w=json.load(open(sys.argv[1])).get('winner') or {}; print('tune winner:', w.get('name'), w.get('items_per_s'))" $R/tune.json
 fi
@@ -47,12 +48,12 @@ PY
 }
 VARIANTS=${VARIANTS:-8/default 12/default}
 for V in $VARIANTS; do
-  F=${V%%/*}; M=${V##*/}; G=${F}fe_$M
+  IFS=/ read -r F M TOK <<< "$V"; G=${F}fe_$M${TOK:+_$TOK}
   FLAGS=""; [ "$F" != d ] && FLAGS="--frontends $F"; [ "$M" != default ] && FLAGS="$FLAGS --cuda-graphs $M"
-  $I serve $ART --device cuda --devices 0 --truncate --port 8000 --max-queue 4096 $FLAGS ${EXTRA_SERVE:-} 2> $R/serve_$G.log &
+  INFERTUNE_TOKENIZER=${TOK:-} $I serve $ART --device cuda --devices 0 --truncate --port 8000 --max-queue 4096 $FLAGS ${EXTRA_SERVE:-} 2> $R/serve_$G.log &
   SRV=$!
   for _ in $(seq 1 240); do curl -sf localhost:8000/ready > /dev/null && break; kill -0 $SRV 2> /dev/null || break; sleep 1; done
-  curl -s localhost:8000/ready | head -c 300; echo
+  curl -s localhost:8000/ready | python3 -c "import json,sys; r=json.load(sys.stdin); print('ready:', r.get('tokenizer'), r.get('settings'))"
   ENG=""; FE=""
   for c in $(pgrep -P $SRV); do
     d=$(py-spy dump --pid $c 2>/dev/null)
@@ -81,6 +82,7 @@ for V in $VARIANTS; do
   kill -TERM $SRV; wait $SRV; echo "serve exit $?"; grep -v "^draining" $R/serve_$G.log | tail -4
   CM=""; [ "$M" != default ] && CM="--cuda-graphs $M"
   [ -f $R/ceiling_$M.json ] || CUDA_VISIBLE_DEVICES=0 $I serve $ART --device cuda --ceiling $CM --json > $R/ceiling_$M.json 2> $R/ceiling_$M.log
+  tar czf $OUT/res.tgz -C $R .  # so far, in case the call runs out of time
 done
 grep -h "GPU util" $R/prof_*.txt | cut -c1-60
 tar czf $OUT/res.tgz -C $R .
@@ -89,8 +91,8 @@ import json, sys
 R, variants = sys.argv[1], sys.argv[2].split()
 print("\n| serve variant | point | req/s | items/s | P50 ms | P99 ms | n | valid | vs ceiling of its mode |\n|---|---|---:|---:|---:|---:|---:|---|---:|")
 for v in variants:
-    f, m = v.split("/")
-    g = f"{f}fe_{m}"
+    f, m, *tok = v.split("/")
+    g = f"{f}fe_{m}" + (f"_{tok[0]}" if tok else "")
     try:
         c = json.load(open(f"{R}/ceiling_{m}.json"))
     except Exception as e:  # noqa: BLE001
@@ -113,7 +115,7 @@ try:
         m = c.get("measurement") or {}
         print(f"  {c['name']}: {c.get('status')} {c.get('items_per_s')} items/s (median {m.get('items_per_s_median')}, "
               f"n={m.get('passes')}, range {m.get('items_per_s_spread')}) cos {(c.get('accuracy') or {}).get('cosine_min')} "
-              f"{(c.get('error') or c.get('reason') or '')[:150]}")
+              f"probe {(c.get('probe') or {}).get('speed')} {(c.get('error') or c.get('reason') or '')[:150]}")
 except Exception as e:  # noqa: BLE001
     print("no tune:", e)
 PY

@@ -11,7 +11,7 @@ if [ -d .whl ] && [ "${DEVICE:-cuda}" = cuda ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site:$PWD/src
   PY=python3
-  [ -d /tmp/minilm ] || python3 .gpu/restore.py /tmp/minilm || exit 1
+  [ -d /tmp/minilm ] || python3 scripts/gpu/restore_minilm.py /tmp/minilm || exit 1
   MODEL=/tmp/minilm
 else
   PY=${PY:-.venv/bin/python}; MODEL=minilm

@@ -2,13 +2,13 @@
 # On the lent H200: tune's GPU pass with its tokenization on threads of the worker vs in N processes, side by side in
 # one run (INFERTUNE_TUNE_TOKENIZERS, default list "1 12 6"; 1 = threads; "12/eighth" also sets INFERTUNE_TUNE_CHUNK), the packed fp16 candidate only (plus the
 # reference and the naive baseline tune always runs); py-spy samples every process of the second tune for 12 s.
-# Carry [".whl", ".gpu/minilm", ".gpu/restore.py"]. The table is printed last.
+# Carry [".whl", ".gpu"] (scripts/gpu/carry.sh). The table is printed last.
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/site/bin:$PATH HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; R=/tmp/res; mkdir -p "$OUT" $R
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc
-[ -d /tmp/minilm ] || python3 .gpu/restore.py /tmp/minilm > /dev/null || exit 1
+[ -d /tmp/minilm ] || python3 scripts/gpu/restore_minilm.py /tmp/minilm > /dev/null || exit 1
 i=0
 for V in ${LIST:-1 12 6}; do  # N or N/eighth (INFERTUNE_TUNE_CHUNK=eighth: chunks of an eighth of the texts)
   i=$((i + 1)); N=${V%%/*}; C=""; [ "$V" != "$N" ] && C=${V##*/}; N=$N$C
