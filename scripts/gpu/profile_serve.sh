@@ -2,7 +2,7 @@
 # On the lent H200: where does `infertune serve` spend its time under load? GPU tests -> tune (quick) -> for each
 # serve variant in VARIANTS (FRONTENDS/MODE[/TOKENIZER], default "8/default 12/default"; MODE is a --cuda-graphs mode,
 # default = the artifact's own; FRONTENDS "d" = serve's default; TOKENIZER sets INFERTUNE_TOKENIZER for that serve:
-# tokenizers = the Rust tokenizer instead of tokie): serve on one GPU, and for each bench
+# tokenizers = the Rust tokenizer instead of tokie; or NAME=VALUE, an environment variable for that serve): serve on one GPU, and for each bench
 # point (1 input/request c=256; 32 inputs/request c=32) py-spy samples the engine and one frontend for 8 s while
 # the bench runs, nvidia-smi samples GPU utilisation and top every process's CPU share -> the forward-only ceiling
 # of each mode. Everything lands in $OUT/res.tgz; the summary table is printed last. Carry [".whl", ".gpu"] (scripts/gpu/carry.sh makes them).
@@ -48,9 +48,10 @@ PY
 }
 VARIANTS=${VARIANTS:-8/default 12/default}
 for V in $VARIANTS; do
-  IFS=/ read -r F M TOK <<< "$V"; G=${F}fe_$M${TOK:+_$TOK}
+  IFS=/ read -r F M TOK <<< "$V"; G=${F}fe_$M${TOK:+_${TOK//=/-}}
+  EXTRA_ENV="INFERTUNE_TOKENIZER=${TOK:-}"; case "$TOK" in *=*) EXTRA_ENV=$TOK ;; esac
   FLAGS=""; [ "$F" != d ] && FLAGS="--frontends $F"; [ "$M" != default ] && FLAGS="$FLAGS --cuda-graphs $M"
-  INFERTUNE_TOKENIZER=${TOK:-} $I serve $ART --device cuda --devices 0 --truncate --port 8000 --max-queue 4096 $FLAGS ${EXTRA_SERVE:-} 2> $R/serve_$G.log &
+  env "$EXTRA_ENV" $I serve $ART --device cuda --devices 0 --truncate --port 8000 --max-queue 4096 $FLAGS ${EXTRA_SERVE:-} 2> $R/serve_$G.log &
   SRV=$!
   for _ in $(seq 1 240); do curl -sf localhost:8000/ready > /dev/null && break; kill -0 $SRV 2> /dev/null || break; sleep 1; done
   curl -s localhost:8000/ready | python3 -c "import json,sys; r=json.load(sys.stdin); print('ready:', r.get('tokenizer'), r.get('settings'))"
@@ -92,7 +93,7 @@ R, variants = sys.argv[1], sys.argv[2].split()
 print("\n| serve variant | point | req/s | items/s | P50 ms | P99 ms | n | valid | vs ceiling of its mode |\n|---|---|---:|---:|---:|---:|---:|---|---:|")
 for v in variants:
     f, m, *tok = v.split("/")
-    g = f"{f}fe_{m}" + (f"_{tok[0]}" if tok else "")
+    g = f"{f}fe_{m}" + (f"_{tok[0].replace('=', '-')}" if tok else "")
     try:
         c = json.load(open(f"{R}/ceiling_{m}.json"))
     except Exception as e:  # noqa: BLE001

@@ -21,6 +21,7 @@ While a window runs, new requests queue in ZeroMQ; the next window takes them al
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import queue
 import threading
@@ -135,6 +136,20 @@ class BatchCore:
             rows += len(c.lens)
         return taken
 
+    def grown_budget(self) -> Batching:
+        """The budget a window under load may grow its batches to: the under-load budget, but no larger than the
+        engine's CUDA graphs while they are on. A batch past them runs eagerly, a Python call per module on the
+        engine's one thread: session 13 on the H200, MiniLM packed at 32 texts per request, 2,134 of 10,427
+        batches (the 16,384-65,536-token ones) ran eagerly, the engine's main thread spent 46% of its samples in
+        that eager forward and was the bound (120% of a core, GPU 40% busy). INFERTUNE_GROW_PAST_GRAPHS=1 lets
+        batches grow past the graphs again (a side-by-side check)."""
+        cap = getattr(self.emb, "max_tokens", None) if getattr(self.emb, "on", False) else None
+        if os.environ.get("INFERTUNE_GROW_PAST_GRAPHS") == "1":
+            cap = None
+        if not cap or self.grown.size <= cap:
+            return self.grown
+        return Batching(kind="tokens", size=max(self.policy.size, int(cap)), max_items=self.s.max_batch_items)
+
     # --- one window ------------------------------------------------------------------------------------------
     def run_window(self, chunks: list[Chunk]) -> None:
         now = time.perf_counter()
@@ -148,19 +163,20 @@ class BatchCore:
             padded = np.fromiter((self.pad_width(int(n)) for n in padded), dtype=np.int64, count=len(padded))
         out = np.empty((len(lens), self.emb.spec.dim), dtype=np.float32)
         failed = np.zeros(len(lens), dtype=bool)
+        grown = self.grown_budget()
         if getattr(self.emb, "packed", False):  # padding-free batches (backends/packed_graphs.py): real tokens
             padded = lens
             plan = plan_packed(lens.tolist(), self.policy.size, self.s.max_batch_items)
-            if len(plan) > 1 and self.grown.size > self.policy.size:  # under load: fewer, larger batches, as the
+            if len(plan) > 1 and grown.size > self.policy.size:  # under load: fewer, larger batches, as the
                 # padded path does (H200, Qwen3-Embedding shape: the packed ceiling ran 2,594 items/s in
                 # 65,536-token batches against 2,405 in 16,384-token ones, same run)
-                plan = plan_packed(lens.tolist(), self.grown.size, self.s.max_batch_items)
+                plan = plan_packed(lens.tolist(), grown.size, self.s.max_batch_items)
         elif self.cost is not None:  # the split that the measured cost line says is fastest
-            plan = plan_by_cost(padded.tolist(), self.grown, *self.cost, rows=self.pad_rows)
+            plan = plan_by_cost(padded.tolist(), grown, *self.cost, rows=self.pad_rows)
         else:
             plan = plan_batches(padded.tolist(), self.policy, self.s.max_padding)
-            if len(plan) > 1 and self.grown.size > self.policy.size:  # under load: fewer, larger batches
-                plan = plan_batches(padded.tolist(), self.grown, self.s.max_padding)
+            if len(plan) > 1 and grown.size > self.policy.size:  # under load: fewer, larger batches
+                plan = plan_batches(padded.tolist(), grown, self.s.max_padding)
         # a request is answered as soon as the batch holding its last row is done, not at the end of the window:
         # its client can send the next one while the window's other batches run (closed-loop clients keep the
         # device fed); a multi-input request whose rows span batches waits for the last of them

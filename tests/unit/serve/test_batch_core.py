@@ -215,6 +215,14 @@ def test_a_packed_engine_gets_arrival_order_batches_by_real_tokens():
     emb.batches.clear()  # a window past the budget grows into the under-load budget, as padded batches do
     _run(emb, {0: reqs}, settings=_settings(batch_tokens=third, max_batch_tokens=tokens, max_batch_items=4096))
     assert len(emb.batches) == 1
+    emb.batches.clear()  # ... but not past the engine's CUDA graphs while they are on (bigger batches run eagerly)
+    emb.on, emb.max_tokens = True, third
+    _run(emb, {0: reqs}, settings=_settings(batch_tokens=third, max_batch_tokens=tokens, max_batch_items=4096))
+    assert len(emb.batches) == 3 and max(int(b["attention_mask"].sum()) for b in emb.batches) <= third
+    emb.batches.clear()
+    emb.on = False  # graphs turned themselves off: the under-load budget again
+    _run(emb, {0: reqs}, settings=_settings(batch_tokens=third, max_batch_tokens=tokens, max_batch_items=4096))
+    assert len(emb.batches) == 1
 
 
 def test_a_packed_engine_does_not_wait_for_more_work_unless_told():
