@@ -102,7 +102,7 @@ def serve_cmd(
 
         texts = load_workload(workload).items if workload else None
         c = forward_ceiling(model, device, texts, batch_tokens=batch_tokens, max_batch_items=max_batch_items,
-                            progress=lambda m: typer.echo(m, err=True), cuda_graphs=cuda_graphs)
+                            progress=lambda m: typer.echo(m, err=True), cuda_graphs=cuda_graphs, task=task)
         typer.echo(f"forward-only ceiling of {model} on {c['device']}: {c['items_per_s']:,.1f} items/s (median of "
                    f"n={c['n']} rounds, range {c['min']:,.1f}-{c['max']:,.1f}); {c['texts']} texts, "
                    f"{c['tokens_per_item_mean']} tokens each on average, {c['batches']} batches of "

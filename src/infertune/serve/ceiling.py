@@ -20,8 +20,8 @@ from typing import Any
 def forward_ceiling(model: str, device: str | None = None, texts: list[str] | None = None, *,
                     seconds: float = 3.0, rounds: int = 5, batch_tokens: int | None = None,
                     max_batch_items: int | None = None, progress: Any = None,
-                    cuda_graphs: str | None = None) -> dict[str, Any]:
-    """Measure the ceiling; returns items/s (median, min, max, n rounds) and how batches were formed."""
+                    cuda_graphs: str | None = None, task: str | None = None) -> dict[str, Any]:
+    """Measure the ceiling (`task`: as serve's --task, "embed" for a causal-LM checkpoint); returns items/s (median, min, max, n rounds) and how batches were formed."""
     from infertune.artifact import load_model, read_manifest
     from infertune.batching import ASYNC_DEPTH, pad_length, plan_batches, plan_packed
     from infertune.config import Batching
@@ -37,7 +37,7 @@ def forward_ceiling(model: str, device: str | None = None, texts: list[str] | No
         from infertune.workload import load_workload
 
         texts = load_workload(None).items
-    emb = load_model(model, settings.device)
+    emb = load_model(model, settings.device, task=task)
     engine = "as loaded"
     if settings.device == "cuda":  # the server's engine: the same CUDA-graph wrapping as `serve`
         from infertune.backends.graphs import with_graphs
