@@ -48,7 +48,8 @@ class Embedder:
     def token_encoder(self) -> Any:
         """The checked fast encoder `token_ids` uses (fast_tokens.TokenIds: tokie or the Rust tokenizer; its `recipe`
         rebuilds it in other processes, backends/tokenize_pool.py), or None where the ids come from transformers."""
-        self.token_ids([""])  # sets up the checked fast path once
+        if getattr(self, "_fast", None) is None:
+            self.token_ids([""])  # sets up the checked fast path once
         return self._fast or None
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
