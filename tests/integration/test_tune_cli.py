@@ -47,18 +47,27 @@ def test_quick_tune_writes_contract_results_report_and_artifact(quick_run):
 
 @pytest.mark.slow
 def test_artifact_reproduces_the_tuned_candidate(quick_run, user_jsonl):
+    """The artifact gives the vectors of the candidate tune measured: the candidate prepared again here, with the
+    calibration texts tune gave it (a static int8 winner's ranges come from them; the AVX2 build box picks one)."""
     from infertune.artifact import load_embedder, read_manifest
     from infertune.config import Candidate
-    from infertune.models.embedding import embedding_spec
+    from infertune.models.embedding import embedding_spec, load_tokenizer
     from infertune.registry import load_backend
+    from infertune.workload import stratified_split, stratified_subsample
 
     _, out = quick_run
     art = out / "artifact"
     m = read_manifest(art)
-    texts = load_workload(user_jsonl).items[:40]
+    items = load_workload(user_jsonl).items
+    texts = items[:40]
     served = load_embedder(art).embed(texts)
     cand = Candidate.model_validate(m["candidate"])
-    direct = load_backend(cand.backend).prepare(embedding_spec("minilm"), cand, "cpu", out / "w", texts).embed(texts)
+    spec = embedding_spec("minilm")
+    cfg = json.loads((out / "results.json").read_text())["config"]  # tune's split of the workload (--quick)
+    lengths = [len(x) for x in load_tokenizer(spec)(items, truncation=False)["input_ids"]]
+    calib, _ = stratified_split(lengths, cfg["eval_fraction"], cfg["seed"])
+    calib = [items[i] for i in stratified_subsample(calib, lengths, 32, cfg["seed"])]
+    direct = load_backend(cand.backend).prepare(spec, cand, "cpu", out / "w", calib).embed(texts)
     cos = (served * direct).sum(1) / np.linalg.norm(served, axis=1) / np.linalg.norm(direct, axis=1)
     assert cos.min() >= 0.9999
 
