@@ -4,7 +4,7 @@ Why: tokenization is what a GPU server's frontends spend their CPU on. Session 1
 request: each frontend spent 62% of its samples inside the Rust tokenizer, the host's 16 cores were 86% busy and the
 GPU 42%. Three ways to get the ids, fastest first:
 
-- **tokie** (`pip install tokie`, in the `[serve]` extra): a reimplementation of Hugging Face's tokenizers (WordPiece,
+- **tokie** (`pip install tokie`, in the `[torch]` extra): a reimplementation of Hugging Face's tokenizers (WordPiece,
   BPE, Unigram) read from the same tokenizer.json. On the 2-core AMD build box, MiniLM on the sample workload, 32
   texts a call: 10-16 us per text, against 140-160 us for `encode_batch_fast` below (one process, same run). It
   holds the GIL while it works (two threads take three times as long as one), so callers that use threads for
@@ -56,13 +56,12 @@ def reference_ids(tokenizer: Any, texts: Sequence[str], max_length: int) -> list
     return tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]
 
 
-def _rust_for(tokenizer: Any, max_length: int) -> Any:
+def _rust_for(tokenizer: Any, max_length: int, direction: str) -> Any:
     """A copy of transformers' Rust tokenizer set up once: truncation to the limit, no padding (never reconfigured,
     so threads can share it; transformers' own call mutates the shared one)."""
     rust = copy.deepcopy(tokenizer.backend_tokenizer)
     rust.no_padding()
-    rust.enable_truncation(max_length, strategy="longest_first",
-                           direction=getattr(tokenizer, "truncation_side", "right") or "right")
+    rust.enable_truncation(max_length, strategy="longest_first", direction=direction)
     return rust
 
 
@@ -101,8 +100,7 @@ class TokenIds:
         self._rust_ids = rust_encoder(rust)
         self.max_length = max_length
         self.direction = direction
-        self._tk = tk
-        self._encode = tk.encode if tk is not None else None
+        self._encode = tk.encode if tk is not None else None  # tokie's; None: the Rust tokenizer answers
         self.check_every = max(1, check_every)
         self._lock = threading.Lock()
         self._count = 0  # texts tokenized by tokie
@@ -169,7 +167,7 @@ def fast_encoder(tokenizer: Any, max_length: int) -> TokenIds | None:
         return None
     try:
         direction = getattr(tokenizer, "truncation_side", "right") or "right"
-        rust = _rust_for(tokenizer, max_length)
+        rust = _rust_for(tokenizer, max_length, direction)
         want = reference_ids(tokenizer, PROBES, max_length)
         if rust_encoder(rust)(PROBES) != want:
             log.info("tokenizer fast path off: the Rust tokenizer's ids differ from transformers' on the probes")

@@ -30,7 +30,7 @@ def test_the_fast_encoder_gives_transformers_ids_on_the_workload_and_probes(mini
     assert enc.fallback is None and enc.checked >= len(want) // CHECK_EVERY
 
 
-def test_a_recipe_rebuilds_the_same_encoder_in_another_process(minilm, texts):
+def test_a_recipe_rebuilds_the_same_encoder(minilm, texts):
     enc = minilm.token_encoder()
     again = from_recipe(enc.recipe)
     assert again.name == enc.name and again(texts[:200]) == minilm.token_ids(texts[:200])

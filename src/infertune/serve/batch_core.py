@@ -85,6 +85,7 @@ class BatchCore:
         self._q: queue.Queue | None = None  # launched batches for the answer thread (loop(), async engines)
         self._slots: threading.Semaphore | None = None
         self._last_done = 0.0
+        self.grow_past_graphs = os.environ.get("INFERTUNE_GROW_PAST_GRAPHS") == "1"  # grown_budget
 
     def wait_s(self) -> float:
         """How long a window waits for more work after its first item. A packed engine (a batch costs its real
@@ -143,9 +144,8 @@ class BatchCore:
         batches (the 16,384-65,536-token ones) ran eagerly, the engine's main thread spent 46% of its samples in
         that eager forward and was the bound (120% of a core, GPU 40% busy). INFERTUNE_GROW_PAST_GRAPHS=1 lets
         batches grow past the graphs again (a side-by-side check)."""
-        cap = getattr(self.emb, "max_tokens", None) if getattr(self.emb, "on", False) else None
-        if os.environ.get("INFERTUNE_GROW_PAST_GRAPHS") == "1":
-            cap = None
+        on = getattr(self.emb, "on", False) and not self.grow_past_graphs
+        cap = getattr(self.emb, "max_tokens", None) if on else None
         if not cap or self.grown.size <= cap:
             return self.grown
         return Batching(kind="tokens", size=max(self.policy.size, int(cap)), max_items=self.s.max_batch_items)
