@@ -27,11 +27,9 @@ def _setup(threads: int | None, device: str = "cpu") -> None:
     # On CPU it would steal cores from the model.
     os.environ["TOKENIZERS_PARALLELISM"] = "true" if device == "cuda" else "false"
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import logging
-    import warnings
+    from infertune.logs import route_library_logs
 
-    warnings.filterwarnings("ignore")
-    logging.disable(logging.WARNING)
+    route_library_logs()
     try:
         import transformers
 
@@ -41,6 +39,7 @@ def _setup(threads: int | None, device: str = "cpu") -> None:
         pass
     import torch
 
+    route_library_logs()  # torch's import put its own stderr handler back
     if threads:
         torch.set_num_threads(threads)
 
@@ -114,7 +113,26 @@ def _stdout_to_stderr() -> None:
         pass
 
 
+def _fork_unsafe() -> str | None:
+    """Why this process must not run (it was forked from a server whose imports initialised CUDA), or None."""
+    import sys
+
+    pre = sys.modules.get("infertune.worker_preload")
+    torch = sys.modules.get("torch")
+    bad_fork = torch is not None and getattr(torch.cuda, "_is_in_bad_fork", lambda: False)()
+    if (pre is not None and getattr(pre, "CUDA_INITIALISED", False)) or bad_fork:
+        return "the fork server's imports initialised CUDA (torchao does when transformers imports it)"
+    return None
+
+
 def _main(conn, job: dict[str, Any]) -> None:
+    if (why := _fork_unsafe()) is not None:
+        conn.send(("respawn", why))  # the parent starts this job again with spawn
+        return
+    if job.get("library_log"):  # the parent's run log: a fork server started by an earlier run has another
+        from infertune.logs import ENV
+
+        os.environ[ENV] = job["library_log"]
     _stdout_to_stderr()
     # The parent starts workers as daemons (it kills them itself; they must not keep it alive), but a worker may
     # start processes of its own (tune's tokenizer processes on a GPU host, backends/tokenize_pool.py), which
@@ -143,17 +161,19 @@ def _main(conn, job: dict[str, Any]) -> None:
             pass
 
 
-# Workers fork from a server process that has imported these once: a spawned worker spends ~9 s of a
-# 2-core box importing torch and transformers before it does anything (8.5-9.7 s, n=3), a forked one
-# ~0.05 s after the server's one-time ~12 s. Importing torch starts no threads and touches no GPU, so the
-# fork is safe; each worker still sets its own threads and environment.
-PRELOAD = ["torch", "transformers", "sentence_transformers", "numpy", "infertune.backends.base"]
+# Workers fork from a server process that has imported torch and transformers once (worker_preload.py): a
+# spawned worker spends ~9 s of a 2-core box importing them before it does anything (8.5-9.7 s, n=3), a forked
+# one ~0.05 s after the server's one-time ~12 s. A fork is safe only while CUDA is not initialised in the
+# server; where its imports did initialise it, the first forked worker says so and every worker from then on is
+# spawned (Worker._respawn): CUDA hosts pay the imports, CPU hosts keep the fork.
+PRELOAD = ["infertune.worker_preload"]
 _CTX: Any = None
+_FELL_BACK: str | None = None
 
 
 def context():
     """The multiprocessing context every worker starts from (forkserver with PRELOAD where the platform
-    has it, else spawn). INFERTUNE_WORKER_START=spawn forces the old behaviour."""
+    has it, else spawn). INFERTUNE_WORKER_START=spawn forces spawn."""
     global _CTX
     if _CTX is None:
         method = os.environ.get("INFERTUNE_WORKER_START", "forkserver")
@@ -163,6 +183,23 @@ def context():
         if method == "forkserver":
             _CTX.set_forkserver_preload(PRELOAD)
     return _CTX
+
+
+def start_method() -> dict[str, Any]:
+    """How workers start in this process, and why (results.json's search.worker_start)."""
+    ctx = context()
+    return {"method": ctx.get_start_method(), "fell_back": _FELL_BACK}
+
+
+def _fall_back_to_spawn(why: str) -> None:
+    global _CTX, _FELL_BACK
+    import sys
+
+    if _FELL_BACK is None:
+        print(f"workers: {why}, so they start with spawn from now on (each imports torch itself)",
+              file=sys.stderr, flush=True)
+    _FELL_BACK = why
+    _CTX = mp.get_context("spawn")
 
 
 def warm_up_workers() -> None:
@@ -178,12 +215,24 @@ class Worker:
     """Parent-side handle of one worker process."""
 
     def __init__(self, job: dict[str, Any], timeout_s: float):
+        from infertune.logs import ENV
+
+        self.job, self.timeout_s = {**job, "library_log": os.environ.get(ENV)}, timeout_s
+        self._launch()
+
+    def _launch(self) -> None:
         ctx = context()
         self.parent, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_main, args=(child, job), daemon=True)
-        self.timeout_s = timeout_s
+        self.proc = ctx.Process(target=_main, args=(child, self.job), daemon=True)
         self.proc.start()
         child.close()
+
+    def _respawn(self, why: str) -> None:
+        """The forked process refused to run (CUDA initialised in the fork server): the same job, spawned."""
+        self.proc.join(5)
+        self.parent.close()
+        _fall_back_to_spawn(why)
+        self._launch()
 
     def _recv(self, timeout: float) -> Any:
         deadline = time.monotonic() + timeout
@@ -196,6 +245,10 @@ class Worker:
                     raise WorkerFailed(f"worker process died (exit code {self.proc.exitcode})") from e
                 if status == "ok":
                     return payload
+                if status == "respawn":
+                    self._respawn(str(payload))
+                    deadline += 60.0  # a spawned worker imports torch and transformers first
+                    continue
                 raise WorkerFailed(str(payload).strip())
             if not self.proc.is_alive() and not self.parent.poll(0):
                 raise WorkerFailed(f"worker process died (exit code {self.proc.exitcode})")

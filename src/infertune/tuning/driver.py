@@ -86,13 +86,14 @@ def tune(config: TuneConfig | None = None, quiet: bool = False, candidates: list
     # the model resolved and the workload read first: a user's mistake there is reported in about a second,
     # not after the fork server (which holds stderr) and this process have imported torch
     task = make_task(cfg, console, candidates)
+    out = out_dir(cfg)
+    library_log = _library_log(out)
     warm_up_workers()  # the fork server imports torch while the parent loads the tokenizer
     if cfg.device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
             raise InfertuneError("--device cuda asked for, but torch sees no CUDA GPU; run `infertune doctor`")
-    out = out_dir(cfg)
     result = task.load(out)
     budget = Budget(cfg.time_budget_s or task.default_budget_s(), start=budget.start)
     caps = detect(cfg.device)
@@ -114,6 +115,7 @@ def tune(config: TuneConfig | None = None, quiet: bool = False, candidates: list
     order = {"reference": 0, "baseline": 1, "candidate": 2}
     tried.sort(key=lambda o: (order[o.role], -o.prior))
     result.search = {"time_budget_s": budget.total_s, "drop_below": cfg.drop_below,
+                     "library_log": library_log,
                      "capabilities": caps.summary(), "cpu_flags": sorted(caps.cpu.flags),
                      "cpu_flags_source": caps.cpu.flags_source}
     try:
@@ -142,6 +144,23 @@ def tune(config: TuneConfig | None = None, quiet: bool = False, candidates: list
         serve = f" (infertune serve {link}/artifact serves this run's pick)" if result.artifact else ""
         console.print(f"{link} -> {out.name}{serve}", markup=False)
     return result
+
+
+_OWN_LOG: str | None = None  # the INFERTUNE_LOG value this module set (a user's own value is kept)
+
+
+def _library_log(out: Path) -> str:
+    """Libraries' warnings of this run (its fork server's and workers' too: Worker passes the file on) go to
+    <out>/libraries.log, or to INFERTUNE_LOG where the user set it, instead of the terminal."""
+    global _OWN_LOG
+    import os
+
+    from infertune.logs import ENV, route_library_logs
+
+    if os.environ.get(ENV) in (None, _OWN_LOG):
+        _OWN_LOG = os.environ[ENV] = str((out / "libraries.log").resolve())
+    route_library_logs()
+    return os.environ[ENV]
 
 
 def _peers(task, cfg: TuneConfig, result: TuneResult, out: Path, console) -> None:
@@ -253,6 +272,9 @@ def _leaders(run: search.Run, task, result: TuneResult, live: list) -> list:
 
 
 def _finish_log(run: search.Run, result: TuneResult) -> None:
+    from infertune.worker import start_method
+
+    result.search["worker_start"] = start_method()  # forkserver, or spawn and why
     cands = {}
     for k, r in run.results.items():
         cands[k] = {"stage": r.stage, "status": r.status, "time_s": r.time_s, "why_tried": r.why_tried,
