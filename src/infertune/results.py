@@ -134,6 +134,7 @@ class WorkloadSummary(BaseModel):
     over_limit: int  # items longer than the model's max length (truncated)
     max_length: int
     histogram: list[dict[str, Any]]  # [{"bucket": "1-16", "count": n}, ...]
+    n_accuracy: int | None = None  # eval texts every candidate is verified on (embeddings: the accuracy subset)
 
 
 class TuneResult(BaseModel):

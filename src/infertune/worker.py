@@ -70,7 +70,8 @@ def _serve(conn, job: dict[str, Any]) -> None:
             return
         try:
             if cmd == "embed":
-                out = emb.embed(texts, Batching.model_validate(args["batching"]), pooled=True)
+                sub = texts if args.get("subset") is None else [texts[i] for i in args["subset"]]
+                out = emb.embed(sub, Batching.model_validate(args["batching"]), pooled=True)
                 conn.send(("ok", out))
             elif cmd == "measure":
                 batching = Batching.model_validate(args["batching"])

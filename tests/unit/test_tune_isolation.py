@@ -62,5 +62,7 @@ def test_misbehaving_candidates_are_recorded_and_run_continues(tmp_path):
     assert {c["name"] for c in saved["candidates"]} == set(by)
     s = saved["search"]
     assert s["candidates"][cands[6].id]["stage"] == "probe" and s["dropped"][0]["candidate"] == cands[6].id
-    assert [x["stage"] for x in s["stages"]] == ["probe", "refine", "full", "confirm"]
+    assert [x["stage"] for x in s["stages"]] == ["reference", "probe", "refine", "full", "confirm"]
+    assert s["stages"][0]["ended_s"] <= s["stages"][1]["started_s"]  # the reference's verification, then the probes
+    assert {"prepare", "verify", "probe"} <= set(s["cost_s"]) and s["candidates"][res.reference]["cost_s"]["verify"] > 0
     assert saved["wall_s"] <= 1.1 * BUDGET

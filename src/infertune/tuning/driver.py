@@ -112,14 +112,17 @@ def tune(config: TuneConfig | None = None, quiet: bool = False, candidates: list
                 console.print(f"  [yellow]skip[/] {o.candidate.id}: {why}", highlight=False)
             continue
         tried.append(o)
-    order = {"reference": 0, "baseline": 1, "candidate": 2}
-    tried.sort(key=lambda o: (order[o.role], -o.prior))
+    steps = search.order(tried)
+    base = task.baseline_id()
+    for o in tried:  # steps that run whatever the budget: the ratio to the naive baseline needs them
+        if o.role == "baseline" or (o.role == "reference" and o.candidate.id == base):
+            run.owed[o.candidate.id] = "baseline" if o.role == "baseline" else "reference-probe"
     result.search = {"time_budget_s": budget.total_s, "drop_below": cfg.drop_below,
                      "library_log": library_log,
                      "capabilities": caps.summary(), "cpu_flags": sorted(caps.cpu.flags),
                      "cpu_flags_source": caps.cpu.flags_source}
     try:
-        _search(run, task, tried, result, out)
+        _search(run, task, steps, result, out)
         decide(task, result, cfg.tie_margin, task.drift)
         _finish_log(run, result)
         write(result, out)
@@ -196,18 +199,24 @@ def _sync(run: search.Run, result: TuneResult) -> None:
     result.baseline = run.results.get(ref) if ref else None
 
 
-def _search(run: search.Run, task, tried: list, result: TuneResult, out: Path) -> None:
+def _search(run: search.Run, task, steps: list, result: TuneResult, out: Path) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     b = run.budget
     t = b.elapsed()
-    for o in tried:
-        search.try_option(run, o)
+    for step, o in steps:
+        if step == "reference-probe":
+            search.probe_reference(run, o)
+        else:
+            search.try_option(run, o)
         _sync(run, result)
         write(result, out)
+        if step == "reference":
+            search.stage(run, "reference", t, 1)  # its preparation and verification, on the accuracy subset
+            t = b.elapsed()
     for o in task.extra_options(run):
         search.try_option(run, o)
-    search.stage(run, "probe", t, len(tried))
+    search.stage(run, "probe", t, len({o.candidate.id for _, o in steps}))
     _sync(run, result)
     write(result, out)
     # refine the fastest verified engines (the reference among them only if it is one of the fastest)
@@ -279,6 +288,12 @@ def _finish_log(run: search.Run, result: TuneResult) -> None:
     for k, r in run.results.items():
         cands[k] = {"stage": r.stage, "status": r.status, "time_s": r.time_s, "why_tried": r.why_tried,
                     "probe": r.probe or None, "dropped": r.dropped,
-                    "passes": len(run.samples.get(k, []))}
+                    "passes": len(run.samples.get(k, [])),
+                    "cost_s": {st: round(v, 2) for st, v in run.costs.get(k, {}).items()}}
+    by_stage: dict[str, float] = {}
+    for per in run.costs.values():
+        for st, v in per.items():
+            by_stage[st] = round(by_stage.get(st, 0.0) + v, 2)
+    result.search["cost_s"] = by_stage  # seconds of worker time per stage, all candidates together
     result.search.update({"stages": run.log["stages"], "candidates": cands, "not_tried": run.log["not_tried"],
                           "refine": run.log["refine"], "dropped": run.log["dropped"]})

@@ -23,11 +23,38 @@ from infertune.worker import Worker, WorkerFailed
 REFINE_TOP = 4  # engines that get the task's refinement (batching search) and full rounds
 PROBE_MIN_S = 8.0  # an option is not started when less than this is left of the probe share
 PROBE_CALL_FLOOR_S = 60.0  # the least a probe call gets (a compile-on-first-shape warm-up fits in it)
+# An option whose first run may take this long (a compiled, graph-captured decode step: 224 s of a 540 s budget on
+# the H200) counts at half its prior: the cheap options it would starve are probed first. Cheap options cost seconds
+# each there (cuda-graph/bf16 2.2 s to its drop), so the long one still starts with most of the probe share left.
+LONG_FIRST_RUN_S = 150.0
+BASELINE_PASS_SHARE = 0.025  # of the budget: the most one timed call of the naive baseline takes (>= 3 s)
+STAGE_OF = {"probe": "probe", "verification": "verify", "batching search": "refine"}
 
 
 def short(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return text[0][:300] if text else type(e).__name__
+
+
+def expected_value(o: Option) -> float:
+    """What the search expects of an option per second spent: its prior, halved for a long first run."""
+    return o.prior / 2 if (o.probe_s or 0.0) >= LONG_FIRST_RUN_S else o.prior
+
+
+def order(options: list[Option]) -> list[tuple[str, Option]]:
+    """The order of work, as (step, option) with step "reference" | "reference-probe" | "option".
+
+    The reference is prepared and verified first: every other candidate is verified against its outputs, which
+    it computes once, on the task's accuracy subset. Then the options that can win on this host, by expected
+    value; the reference's own probe takes its place among them by its prior (on a GPU the fp32 reference
+    trails every half-precision option, and two slow fp32 engines used 101 of a 180 s budget before fp16, bf16
+    and compile were skipped for time). The naive baseline comes last: it cannot win, its time is reserved
+    (Run.reserve_s) and its timed calls are capped (BASELINE_PASS_SHARE)."""
+    refs = [o for o in options if o.role == "reference"]
+    pool = [("reference-probe", o) for o in refs] + [("option", o) for o in options if o.role == "candidate"]
+    pool.sort(key=lambda step: -expected_value(step[1]))  # stable: equal values keep the task's order
+    return ([("reference", o) for o in refs] + pool
+            + [("option", o) for o in options if o.role == "baseline"])
 
 
 class Run:
@@ -45,6 +72,8 @@ class Run:
         self.samples: dict[str, list[dict]] = {}
         self.log: dict[str, Any] = {"not_tried": [], "stages": [], "refine": {}, "dropped": []}
         self.best_probe: tuple[float, str] = (0.0, "")
+        self.costs: dict[str, dict[str, float]] = {}  # candidate -> stage -> seconds (results.json)
+        self.owed: dict[str, str] = {}  # steps that must still run, by candidate id -> "baseline" | "reference-probe"
 
     # --- records -------------------------------------------------------------------------------
     def record(self, c, **kw: Any) -> CandidateResult:
@@ -53,12 +82,14 @@ class Run:
         self.results[c.id], self.cands[c.id] = r, c
         return r
 
-    def charge(self, c, seconds: float) -> None:
+    def charge(self, c, seconds: float, stage: str = "other") -> None:
         self.spent[c.id] = self.spent.get(c.id, 0.0) + seconds
+        by = self.costs.setdefault(c.id, {})
+        by[stage] = by.get(stage, 0.0) + seconds
         self.results[c.id] = self.results[c.id].model_copy(update={"time_s": round(self.spent[c.id], 2)})
 
-    def call(self, c, what: str, fn: Callable[[Worker], Any]) -> Any:
-        """Run `fn(worker)` for candidate `c`, charging its time; a failure fails the engine."""
+    def call(self, c, what: str, fn: Callable[[Worker], Any], stage: str | None = None) -> Any:
+        """Run `fn(worker)` for candidate `c`, charging its time to `stage`; a failure fails the engine."""
         w = self.workers.get(c.engine_id)
         if w is None:
             return None
@@ -70,7 +101,27 @@ class Run:
             return None
         finally:
             if c.id in self.results:
-                self.charge(c, time.monotonic() - t)
+                self.charge(c, time.monotonic() - t, stage or STAGE_OF.get(what, what))
+
+    def fold(self, into, other_id: str) -> None:
+        """A variant measured for `into` (a batching-search point not kept): its time is `into`'s."""
+        for st, v in self.costs.pop(other_id, {}).items():
+            self.charge(into, 0.0, st)
+            self.costs[into.id][st] += v
+        self.spent[into.id] = self.spent.get(into.id, 0.0) + self.spent.pop(other_id, 0.0)
+        self.results[into.id] = self.results[into.id].model_copy(update={"time_s": round(self.spent[into.id], 2)})
+
+    def reserve_s(self) -> float:
+        """Seconds of the probe share kept for the steps that must still run (the naive baseline; the
+        reference's probe where it is also the baseline): each about what the reference's preparation and
+        verification cost, plus a warm-up and a probe, at most 15% of the budget together."""
+        if not self.owed:
+            return 0.0
+        ref = next((k for k, o in self.options.items() if o.role == "reference"), None)
+        first = sum(self.costs.get(ref, {}).get(k, 0.0) for k in ("prepare", "verify")) if ref else 0.0
+        cap = 3.0 if self.cfg.device == "cpu" else 6.0
+        need = sum((first if step == "baseline" else 0.0) + 2 * cap for step in self.owed.values())
+        return min(need, 0.15 * self.budget.total_s)
 
     def fail(self, c, why: str) -> None:
         self.console.print(f"  [red]failed[/] {c.id}: {why}", highlight=False)
@@ -116,7 +167,7 @@ class Run:
             info = w.ready()
         except WorkerFailed as e:
             w.kill()
-            self.charge(c, time.monotonic() - t)
+            self.charge(c, time.monotonic() - t, "prepare")
             self.dead[c.engine_id] = ("failed", f"prepare failed: {short(e)}")
             self.record(c, status="failed", reason=f"prepare failed: {short(e)}")
             self.console.print(f"  [red]failed[/] {c.id}: {short(e)}", highlight=False)
@@ -124,7 +175,7 @@ class Run:
         self.workers[c.engine_id] = w
         self.record(c, status="ok", prepare_s=round(info["prepare_s"], 2), executed=info["executed"],
                     **info.get("record", {}))
-        self.charge(c, time.monotonic() - t)
+        self.charge(c, time.monotonic() - t, "prepare")
         return True
 
     def probe(self, o: Option) -> Probe | None:
@@ -167,11 +218,7 @@ def try_option(run: Run, o: Option) -> None:
         return
     # an option with a long first run (a compile, graph capture: its probe_s) needs half of it left of the probe
     # share, or it would eat the next stages' time for a probe that may not finish
-    need = max(PROBE_MIN_S, (o.probe_s or 0.0) / 2)
-    if o.role == "candidate" and run.budget.stage_left("probe") < need:
-        why = (f"time budget: {run.budget.total_s:.0f} s in all (--time-budget), "
-               f"{run.budget.elapsed():.0f} s used before this candidate could start"
-               + (f" (its first run needs ~{o.probe_s:.0f} s)" if need > PROBE_MIN_S else ""))
+    if o.role == "candidate" and (why := _no_time(run, o)):
         run.record(c, status="skipped", reason=why, why_tried=o.why)
         run.console.print(f"  [yellow]skip[/] {c.id}: {why}", highlight=False)
         return
@@ -179,15 +226,12 @@ def try_option(run: Run, o: Option) -> None:
         run.record(c, why_tried=o.why)
         return
     run.record(c, why_tried=o.why)
-    if o.role == "reference":
+    if o.role == "reference":  # verified now (its outputs are what every candidate is checked against), probed later
         if not run.verify(c):
             raise InfertuneError(f"the reference {c.id} failed: {run.results[c.id].reason}")
-        pr = run.probe(o)
-        if pr is None:
-            raise InfertuneError(f"the reference {c.id} failed: {run.results[c.id].reason}")
-        run.best_probe = (pr.speed, c.id)
         return
     pr = run.probe(o)
+    run.owed.pop(c.id, None)
     if pr is None:
         return
     best, best_id = run.best_probe
@@ -227,6 +271,41 @@ def try_option(run: Run, o: Option) -> None:
                       highlight=False)
 
 
+def _no_time(run: Run, o: Option) -> str | None:
+    """Why `o` may not start now (what is left of the probe share, less what the owed steps need), or None.
+    An option with a long first run (a compile, graph capture: its probe_s) needs half of it left, or it would
+    eat the next stages' time for a probe that may not finish."""
+    need = max(PROBE_MIN_S, (o.probe_s or 0.0) / 2)
+    reserve = run.reserve_s() if o.candidate.id not in run.owed else 0.0
+    if run.budget.stage_left("probe") - reserve >= need:
+        return None
+    return (f"time budget: {run.budget.total_s:.0f} s in all (--time-budget), {run.budget.elapsed():.0f} s used "
+            "before this candidate could start"
+            + (f", {reserve:.0f} s kept for the naive baseline" if reserve >= 1 else "")
+            + (f" (its first run needs ~{o.probe_s:.0f} s)" if need > PROBE_MIN_S else ""))
+
+
+def probe_reference(run: Run, o: Option) -> None:
+    """The reference's own probe, in its place by prior. Where a candidate has already probed faster and the
+    reference is not also the baseline, it may be skipped for time: its outputs still verify every candidate."""
+    c = o.candidate
+    if run.results.get(c.id) is None or run.results[c.id].status != "ok":
+        return
+    if c.id not in run.owed and run.best_probe[0] > 0 and (why := _no_time(run, o)):
+        why = f"probe skipped ({why}); verified the candidates only"
+        run.record(c, status="skipped", reason=why)
+        run.release(c)
+        run.console.print(f"  [yellow]skip[/] {c.id}: {why}", highlight=False)
+        return
+    pr = run.probe(o)
+    run.owed.pop(c.id, None)
+    if pr is None:
+        raise InfertuneError(f"the reference {c.id} failed: {run.results[c.id].reason}")
+    if pr.speed > run.best_probe[0]:
+        run.best_probe = (pr.speed, c.id)
+    run.console.print(f"  probe {c.id}: {pr.speed:.1f} {run.task.unit} (the reference)", highlight=False)
+
+
 def stage(run: Run, name: str, t0: float, n: int) -> None:
     run.log["stages"].append({"stage": name, "started_s": round(t0, 1), "ended_s": round(run.budget.elapsed(), 1),
                               "candidates": n})
@@ -239,7 +318,7 @@ def rounds(run: Run, live: list, n: int, label: str, bar=None, task_id=None) -> 
     stage_name = "full" if label == "round" else "confirm"
     for r in range(n):
         ok = [c for c in live if run.results[c.id].status == "ok" and c.engine_id in run.workers]
-        cost = sum(run.task.pass_s(run, c) for c in ok)
+        cost = sum(_baseline_cap(run, c, run.task.pass_s(run, c)) for c in ok)
         left = run.budget.stage_left(stage_name)
         if done >= 1 and left < cost:
             break
@@ -249,7 +328,8 @@ def rounds(run: Run, live: list, n: int, label: str, bar=None, task_id=None) -> 
         for c in ok:
             if bar is not None:
                 bar.update(task_id, description=f"{label} {r + 1}/{n} {c.id}")
-            got = run.call(c, "measurement", lambda w, c=c, cap=cap: run.task.measure(w, c, cap))
+            mine = _baseline_cap(run, c, cap)
+            got = run.call(c, "measurement", lambda w, c=c, mine=mine: run.task.measure(w, c, mine), stage_name)
             if got is not None:
                 run.samples.setdefault(c.id, []).append(got)
                 run.record(c, stage="full" if label == "round" else "confirm")
@@ -257,3 +337,14 @@ def rounds(run: Run, live: list, n: int, label: str, bar=None, task_id=None) -> 
                 bar.advance(task_id)
         done += 1
     return done
+
+
+def _baseline_cap(run: Run, c, cap: float | None) -> float | None:
+    """The naive baseline's timed calls are capped at BASELINE_PASS_SHARE of the budget (>= 3 s): it only
+    gives the ratio, and on long texts one of its passes took longer than a candidate's whole probe. A capped
+    pass runs shuffled batches, so every length is still sampled."""
+    o = run.options.get(c.id)
+    if o is None or o.role != "baseline":
+        return cap
+    most = max(3.0, BASELINE_PASS_SHARE * run.budget.total_s)
+    return most if cap is None else min(cap, most)

@@ -13,6 +13,12 @@ def search_lines(result: TuneResult) -> list[str]:
     lines = [f"Host: {s.get('capabilities', '?')}."]
     stages = ", ".join(f"{x['stage']} {x['ended_s'] - x['started_s']:.0f} s" for x in s.get("stages", []))
     lines.append(f"Search: {s.get('wall_s') or 0:.0f} s of a {s.get('time_budget_s', 0):.0f} s budget ({stages}).")
+    if s.get("cost_s"):
+        spent = ", ".join(f"{k} {v:.0f} s" for k, v in sorted(s["cost_s"].items(), key=lambda kv: -kv[1]))
+        ref, base = result.reference, result.baseline.name if result.baseline else None
+        own = [f"{who} {(s.get('candidates', {}).get(k) or {}).get('time_s') or 0:.0f} s"
+               for who, k in (("the reference", ref), ("the naive baseline", base)) if k]
+        lines.append(f"Worker time by stage: {spent}" + (f"; of it {', '.join(own)}." if own else "."))
     for d in s.get("dropped", []):
         c = s.get("candidates", {}).get(d["candidate"], {})
         lines.append(f"Dropped at the {d['stage']}: {d['candidate']} ({d['ratio']:.2f}x the best so far, "
