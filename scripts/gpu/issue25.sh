@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Issue 25 on the H200 through the product's own commands, in a user's environment: the image plus every package of
+# [torch,serve,bench,report,gpu] it lacks, torchao included (scripts/gpu/carry.sh; carry [".whl", ".gpu"]).
+#   STEP=embed (default): the imports' CUDA state; the GPU worker test; `tune minilm --device cuda --quick`;
+#                         `tune <Qwen3-Embedding-0.6B shape> --device cuda --quick --workload W` (W: mixed lengths,
+#                         p99 >= 700 tokens, >= 20 texts over 512)
+#   STEP=lm:              `tune <Qwen3-0.6B shape> --device cuda` (full, LM_BUDGET s, default 450: a call has 600)
+# Models: MiniLM's real weights (fp16-rounded for the carry); the Qwen3 shapes are tests/unit/configs/qwen3-0.6b.json
+# with random weights and SmolLM2's tokenizer (no Qwen3 tokenizer is reachable here). The table prints last.
+# Dry run here: DEVICE=cpu STEP=embed bash scripts/gpu/issue25.sh (slow; checks the plumbing only)
+set -uo pipefail
+DEV=${DEVICE:-cuda}; STEP=${STEP:-embed}
+if [ "$DEV" = cuda ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/site/bin:$PATH; PY=python3
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader
+else
+  PY=${PY:-.venv/bin/python}
+fi
+export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; R=/tmp/r25; mkdir -p $R
+I="$PY -m infertune.cli.main"
+nproc
+$PY - <<'PY' 2>&1 | tee $OUT/env.txt
+import importlib.metadata as md, time
+t = time.time()
+import torch, sentence_transformers  # noqa: F401  (transformers' quantizer registry imports torchao)
+print({p: md.version(p) for p in ("torch", "transformers", "sentence-transformers", "torchao", "tokenizers", "pydantic",
+                                  "fastapi", "tokie", "typer")})
+print(f"imports {time.time() - t:.1f} s; torch.cuda.is_initialized() after them: {torch.cuda.is_initialized()}")
+PY
+qwen_dir() {  # $1: directory; a Qwen3 config with SmolLM2's tokenizer
+  mkdir -p "$1"; cp tests/unit/configs/qwen3-0.6b.json "$1/config.json"; cp .gpu/tokenizer/*.json .gpu/tokenizer/*.jinja "$1/"
+  $PY -c "import lzma,sys; open(sys.argv[1]+'/tokenizer.json','wb').write(lzma.decompress(open('.gpu/tokenizer/tokenizer.json.xz','rb').read()))" "$1"
+}
+tune() {  # $1: label, rest: tune arguments
+  local label=$1; shift
+  /usr/bin/time -f "%e" -o $R/$label.wall $I tune "$@" --device $DEV --out $R/$label --json > $R/$label.json 2> $R/$label.log
+  echo "$label: exit $? in $(cat $R/$label.wall) s"; grep -E "^workers:|Winner|No candidate" $R/$label.log | head -3
+  cp $R/$label.json "$OUT/$label.json" 2>/dev/null; cp $R/$label.log "$OUT/$label.log"
+}
+if [ "$STEP" = embed ]; then
+  [ "$DEV" = cuda ] && $PY -m pytest -q -p no:cacheprovider -s tests/gpu/test_worker_cuda.py 2>&1 | grep -E "fell_back|passed|failed|^E " | head -5
+  [ -d /tmp/minilm ] || $PY scripts/gpu/restore_minilm.py /tmp/minilm > /dev/null || exit 1
+  tune minilm /tmp/minilm --quick
+  Q=/tmp/hub/Qwen3-Embedding-0.6B; rm -rf $Q; qwen_dir $Q
+  $PY - "$Q" <<'PY'
+import json, random, sys
+import numpy as np
+from transformers import AutoTokenizer
+from infertune.workload import load_workload
+tok = AutoTokenizer.from_pretrained(sys.argv[1]); items = load_workload(None).items
+rng = random.Random(25)
+longs = []  # documents of 560-1000 tokens made of consecutive sample texts: the long tail of a mixed workload
+while len(longs) < 40:
+    want, parts, n = rng.randint(560, 1000), [], 0
+    for t in items[rng.randrange(len(items)):]:
+        parts.append(t); n += len(tok(t)["input_ids"])
+        if n >= want: break
+    if n >= want: longs.append(" ".join(parts))
+texts = items + longs; rng.shuffle(texts)
+open("/tmp/w25.jsonl", "w").write("".join(json.dumps({"input": t}) + "\n" for t in texts))
+n = np.array([len(tok(t)["input_ids"]) for t in texts])
+print(f"W: {len(texts)} texts, tokens p50 {np.percentile(n, 50):.0f} p99 {np.percentile(n, 99):.0f} max {n.max()}, "
+      f"{(n > 512).sum()} over 512")
+PY
+  tune qwen3emb $Q --quick --workload /tmp/w25.jsonl
+  LABELS="minilm qwen3emb"
+else
+  L=/tmp/hub/Qwen3-0.6B; rm -rf $L; qwen_dir $L
+  tune qwen3lm $L --time-budget ${LM_BUDGET:-450}
+  LABELS=qwen3lm
+fi
+$PY - $R $LABELS <<'PY'
+import json, sys
+root = sys.argv[1]
+for label in sys.argv[2:]:
+    try:
+        r = json.load(open(f"{root}/{label}.json"))
+    except Exception as e:  # noqa: BLE001
+        print(label, "no results:", e); continue
+    s, w, b = r.get("search", {}), r.get("winner") or {}, r.get("baseline") or {}
+    unit = "tokens/s" if r.get("kind") == "causal-lm" else "items/s"
+    speed = lambda c: c.get("items_per_s") or c.get("tokens_per_s") or 0  # noqa: E731
+    print(f"\n== {label}: wall {r.get('wall_s')} s of {s.get('time_budget_s')} s; workers {s.get('worker_start')}")
+    print(f"   stages: {[(x['stage'], round(x['ended_s'] - x['started_s'])) for x in s.get('stages', [])]}")
+    print(f"   worker time by stage: {s.get('cost_s')}")
+    if w:
+        print(f"   winner {w['name']} {speed(w):.1f} {unit}; baseline {b.get('name')} {speed(b) or 0:.1f}; "
+              f"x{(speed(w) / speed(b)) if speed(b) else float('nan'):.2f}")
+    for c in r.get("candidates", []):
+        cost = (s.get("candidates", {}).get(c["name"]) or {}).get("cost_s")
+        print(f"   {c['name'][:52]:52} {c['status']:8} {c.get('stage') or '-':8} {speed(c) or 0:10.1f} "
+              f"t={c.get('time_s')} {cost} {(c.get('reason') or '')[:110]}")
+PY
