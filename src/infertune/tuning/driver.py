@@ -113,9 +113,8 @@ def tune(config: TuneConfig | None = None, quiet: bool = False, candidates: list
             continue
         tried.append(o)
     steps = search.order(tried)
-    base = task.baseline_id()
-    for o in tried:  # steps that run whatever the budget: the ratio to the naive baseline needs them
-        if o.role == "baseline" or (o.role == "reference" and o.candidate.id == base):
+    for o in tried:  # steps that run whatever the budget: the ratio to the naive baseline and the fallback
+        if o.role != "candidate":
             run.owed[o.candidate.id] = "baseline" if o.role == "baseline" else "reference-probe"
     result.search = {"time_budget_s": budget.total_s, "drop_below": cfg.drop_below,
                      "library_log": library_log,
