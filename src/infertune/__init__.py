@@ -38,3 +38,8 @@ else:
     del _name, _target, _module
 
 sys.modules[__name__].__class__ = _Package
+
+if __import__("os").environ.get("INFERTUNE_QUIET_LIBRARIES") == "1":  # a process the CLI started (infertune.logs)
+    from infertune.logs import route_library_logs
+
+    route_library_logs()

@@ -4,15 +4,21 @@ terminal a person reads. torchao 0.18, imported by transformers' quantizer regis
 before the first progress line. They say nothing about the user's run, but a bug report may need them.
 
 The file is `INFERTUNE_LOG` when set (tune sets it to `<out>/libraries.log` before it starts any worker, and
-workers and the fork server inherit it), else `~/.cache/infertune/libraries.log`."""
+workers and the fork server inherit it), else `~/.cache/infertune/libraries.log`. The CLI sets
+INFERTUNE_QUIET_LIBRARIES=1, so every process it starts (serve's frontends and engines, tokenizer processes: spawned
+children import `infertune` first) routes its libraries' logs as it imports infertune; a library caller's own
+`import infertune` changes no logging."""
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
+import sys
 from pathlib import Path
 
 ENV = "INFERTUNE_LOG"
+ENV_ON = "INFERTUNE_QUIET_LIBRARIES"
 # the libraries whose loggers print on import or per call; their children propagate to these
 LIBRARIES = ("torch", "torchao", "transformers", "sentence_transformers", "accelerate", "huggingface_hub",
              "nncf", "openvino", "onnxruntime", "onnxscript", "optimum", "py.warnings")
@@ -49,7 +55,46 @@ def route_library_logs(path: Path | None = None) -> Path | None:
         _ROUTED[1].close()
     _attach(handler)
     _ROUTED = (path, handler)
+    _after_torch_import(handler)
     return path
+
+
+class _AfterTorch:
+    """A meta-path finder that lets torch import as usual, then puts `handler` back on its loggers: torch's own
+    import gives its 'torch' logger a stderr handler (torch._logging), and the _pytree warnings torchao causes
+    reach the terminal through it. It stays until torch has really been imported: a library that only asks
+    whether torch exists (`importlib.util.find_spec`) discards the spec it got."""
+
+    def __init__(self, handler: logging.Handler):
+        self.handler, self.busy = handler, False
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch" or self.busy:  # first: this runs for every import of the process
+            return None
+        self.busy = True
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self.busy = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run, handler, me = spec.loader.exec_module, self.handler, self
+
+        def exec_module(module):
+            run(module)
+            if me in sys.meta_path:
+                sys.meta_path.remove(me)
+            _attach(_ROUTED[1] if _ROUTED is not None else handler)  # the file routed to last
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _after_torch_import(handler: logging.Handler) -> None:
+    if "torch" in sys.modules:
+        return
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _AfterTorch)]
+    sys.meta_path.insert(0, _AfterTorch(handler))
 
 
 def _attach(handler: logging.Handler) -> None:

@@ -66,6 +66,11 @@ def main() -> None:
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from infertune.logs import ENV_ON, route_library_logs
+
+    os.environ.setdefault(ENV_ON, "1")  # the processes this command starts route their libraries' logs too
+    if os.environ[ENV_ON] == "1":
+        route_library_logs()  # libraries' warnings to a log file (infertune.logs), not the terminal
     if not (sys.stdout.isatty() and sys.stderr.isatty()):
         # typer's rich help and usage errors draw 80-column boxes that split long lines when piped;
         # click's plain ones do not (TYPER_USE_RICH, read by typer.core at call time)
