@@ -113,8 +113,8 @@ def tune(config: TuneConfig | None = None, quiet: bool = False, candidates: list
             continue
         tried.append(o)
     steps = search.order(tried)
-    for o in tried:  # steps that run whatever the budget: the ratio to the naive baseline and the fallback
-        if o.role != "candidate":
+    for o in tried:  # steps that run whatever the budget: the ratio to the naive baseline, the CPU's fallback
+        if o.role == "baseline" or (o.role == "reference" and (cfg.device == "cpu" or not _has_baseline(tried))):
             run.owed[o.candidate.id] = "baseline" if o.role == "baseline" else "reference-probe"
     result.search = {"time_budget_s": budget.total_s, "drop_below": cfg.drop_below,
                      "library_log": library_log,
@@ -163,6 +163,11 @@ def _library_log(out: Path) -> str:
         _OWN_LOG = os.environ[ENV] = str((out / "libraries.log").resolve())
     route_library_logs()
     return os.environ[ENV]
+
+
+def _has_baseline(tried: list) -> bool:
+    """Whether a naive baseline other than the reference is measured (causal LMs: the reference is the baseline)."""
+    return any(o.role == "baseline" for o in tried)
 
 
 def _peers(task, cfg: TuneConfig, result: TuneResult, out: Path, console) -> None:

@@ -90,7 +90,7 @@ def test_time_is_kept_for_the_baseline_until_it_has_run():
     run.owed[base.id] = "baseline"
     assert run.reserve_s() == 12.0 + 8.0 + 2 * 6.0  # what the reference's start cost, plus a warm-up and a probe
     run.charge(ref, 100.0, "prepare")
-    assert run.reserve_s() == 0.15 * 400.0  # bounded
+    assert run.reserve_s() == search.RESERVE_SHARE * 400.0  # bounded
     # a candidate that would eat the kept time is skipped, and says so
     late = _run(400.0, 0.55 * 400.0 - 20.0)
     late.options, late.results, late.costs, late.owed = run.options, run.results, run.costs, run.owed
