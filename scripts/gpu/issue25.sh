@@ -5,6 +5,7 @@
 #                         `tune <Qwen3-Embedding-0.6B shape> --device cuda --quick --workload W` (W: mixed lengths,
 #                         p99 >= 700 tokens, >= 20 texts over 512)
 #   STEP=lm:              `tune <Qwen3-0.6B shape> --device cuda` (full, LM_BUDGET s, default 450: a call has 600)
+#   STEP=qwen+lm:         the Qwen3-Embedding tune, then the LM tune (LM_BUDGET default 330, to fit one call)
 # Models: MiniLM's real weights (fp16-rounded for the carry); the Qwen3 shapes are tests/unit/configs/qwen3-0.6b.json
 # with random weights and SmolLM2's tokenizer (no Qwen3 tokenizer is reachable here). The table prints last.
 # Dry run here: DEVICE=cpu STEP=embed bash scripts/gpu/issue25.sh (slow; checks the plumbing only)
@@ -39,10 +40,14 @@ tune() {  # $1: label, rest: tune arguments
   echo "$label: exit $? in $(cat $R/$label.wall) s"; grep -E "^workers:|Winner|No candidate" $R/$label.log | head -3
   cp $R/$label.json "$OUT/$label.json" 2>/dev/null; cp $R/$label.log "$OUT/$label.log"
 }
+LABELS=""
 if [ "$STEP" = embed ]; then
   [ "$DEV" = cuda ] && $PY -m pytest -q -p no:cacheprovider -s tests/gpu/test_worker_cuda.py 2>&1 | grep -E "fell_back|passed|failed|^E " | head -5
   [ -d /tmp/minilm ] || $PY scripts/gpu/restore_minilm.py /tmp/minilm > /dev/null || exit 1
   tune minilm /tmp/minilm --quick
+  LABELS=minilm
+fi
+if [ "$STEP" = embed ] || [ "$STEP" = qwen+lm ]; then
   Q=/tmp/hub/Qwen3-Embedding-0.6B; rm -rf $Q; qwen_dir $Q
   $PY - "$Q" <<'PY'
 import json, random, sys
@@ -65,11 +70,13 @@ print(f"W: {len(texts)} texts, tokens p50 {np.percentile(n, 50):.0f} p99 {np.per
       f"{(n > 512).sum()} over 512")
 PY
   tune qwen3emb $Q --quick --workload /tmp/w25.jsonl
-  LABELS="minilm qwen3emb"
-else
+  LABELS="$LABELS qwen3emb"
+fi
+if [ "$STEP" = lm ] || [ "$STEP" = qwen+lm ]; then
   L=/tmp/hub/Qwen3-0.6B; rm -rf $L; qwen_dir $L
-  tune qwen3lm $L --time-budget ${LM_BUDGET:-450}
-  LABELS=qwen3lm
+  [ "$STEP" = lm ] && B=${LM_BUDGET:-450} || B=${LM_BUDGET:-330}
+  tune qwen3lm $L --time-budget $B
+  LABELS="$LABELS qwen3lm"
 fi
 $PY - $R $LABELS <<'PY'
 import json, sys

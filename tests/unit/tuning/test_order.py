@@ -124,3 +124,15 @@ def test_stage_costs_add_up_per_candidate_and_fold_the_variants_in():
     run.fold(c, v.id)
     assert run.costs[c.id] == {"probe": 2.0, "refine": 3.0} and v.id not in run.costs
     assert run.results[c.id].time_s == 5.0
+
+
+def test_a_rounds_cost_is_what_its_calls_took_when_that_is_more_than_the_estimate():
+    run = _run(180.0, 0.0)
+    c = Candidate(backend="torch-eager", precision="bf16")
+    run.options[c.id] = Option(c, "bf16", 3.9)
+    run.record(c, status="ok")
+    run.task.pass_s = lambda run, c: 1.5  # items/s says 1.5 s
+    assert search._call_s(run, c) == 1.5
+    run.samples[c.id] = [{}, {}]
+    run.charge(c, 8.8, "full")  # two calls took 4.4 s each
+    assert search._call_s(run, c) == 4.4
