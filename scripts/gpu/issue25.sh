@@ -6,6 +6,7 @@
 #                         p99 >= 700 tokens, >= 20 texts over 512)
 #   STEP=lm:              `tune <Qwen3-0.6B shape> --device cuda` (full, LM_BUDGET s, default 450: a call has 600)
 #   STEP=qwen+lm:         the Qwen3-Embedding tune, then the LM tune (LM_BUDGET default 330, to fit one call)
+#   STEP=qwen:            the Qwen3-Embedding tune alone. SKIP_ENV=1 skips the imports check (20 s there)
 # Models: MiniLM's real weights (fp16-rounded for the carry); the Qwen3 shapes are tests/unit/configs/qwen3-0.6b.json
 # with random weights and SmolLM2's tokenizer (no Qwen3 tokenizer is reachable here). The table prints last.
 # Dry run here: DEVICE=cpu STEP=embed bash scripts/gpu/issue25.sh (slow; checks the plumbing only)
@@ -22,7 +23,7 @@ export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; R=/tmp/r25; mkdir -p $R
 I="$PY -m infertune.cli.main"
 nproc
-$PY - <<'PY' 2>&1 | tee $OUT/env.txt
+[ -z "${SKIP_ENV:-}" ] && $PY - <<'PY' 2>&1 | tee $OUT/env.txt
 import importlib.metadata as md, time
 t = time.time()
 import torch, sentence_transformers  # noqa: F401  (transformers' quantizer registry imports torchao)
@@ -47,7 +48,7 @@ if [ "$STEP" = embed ]; then
   tune minilm /tmp/minilm --quick
   LABELS=minilm
 fi
-if [ "$STEP" = embed ] || [ "$STEP" = qwen+lm ]; then
+if [ "$STEP" = embed ] || [ "$STEP" = qwen+lm ] || [ "$STEP" = qwen ]; then
   Q=/tmp/hub/Qwen3-Embedding-0.6B; rm -rf $Q; qwen_dir $Q
   $PY - "$Q" <<'PY'
 import json, random, sys

@@ -229,10 +229,17 @@ def _search(run: search.Run, task, steps: list, result: TuneResult, out: Path) -
     ok = [run.cands[k] for k, r in run.results.items() if r.status == "ok" and k in run.probes
           and run.options.get(k) is not None and k != bid and r.meets_accuracy is not False]
     ok.sort(key=lambda c: -run.probes[c.id].speed)
+    top = run.probes[ok[0].id].speed if ok else 0.0
     live = []
     for i, c in enumerate(ok):
-        if i >= search.REFINE_TOP:
-            why = f"probed {run.probes[c.id].speed:.1f} {task.unit}: behind the {search.REFINE_TOP} fastest"
+        # on a GPU an engine under --drop-below of the fastest verified probe is not refined: probed before the
+        # fastest existed, it escaped the drop (the H200's fp32 reference at 0.09x took 14 s of a 23 s refine
+        # share). On a shared CPU box one probe can be halved by a neighbour, and fp32 is often the fallback.
+        slow = run.cfg.device != "cpu" and run.probes[c.id].speed < run.cfg.drop_below * top
+        if i >= search.REFINE_TOP or slow:
+            why = (f"probed {run.probes[c.id].speed:.1f} {task.unit}: "
+                   + (f"{run.probes[c.id].speed / top:.2f}x the fastest, below --drop-below {run.cfg.drop_below:g}"
+                      if slow else f"behind the {search.REFINE_TOP} fastest"))
             run.record(c, status="rejected", reason=why, dropped=why)
             run.release(c)
             continue

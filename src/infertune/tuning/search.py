@@ -275,8 +275,11 @@ def try_option(run: Run, o: Option) -> None:
 def _no_time(run: Run, o: Option) -> str | None:
     """Why `o` may not start now (what is left of the probe share, less what the owed steps need), or None.
     An option with a long first run (a compile, graph capture: its probe_s) needs half of it left, or it would
-    eat the next stages' time for a probe that may not finish."""
+    eat the next stages' time for a probe that may not finish. The reference's own probe on a GPU needs its
+    capped warm-up and probe (3 probe caps: its probe took 22.6 s on the H200 where 8 s were left)."""
     need = max(PROBE_MIN_S, (o.probe_s or 0.0) / 2)
+    if o.role == "reference" and run.cfg.device != "cpu":
+        need = max(need, 3 * 6.0)
     reserve = run.reserve_s() if o.candidate.id not in run.owed else 0.0
     if run.budget.stage_left("probe") - reserve >= need:
         return None

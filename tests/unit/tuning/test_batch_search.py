@@ -61,3 +61,35 @@ def test_gpu_budgets_grow_fast_and_stay_in_range():
     run = engine(2.0, 0.0005)
     best, _ = search(run, 16384, 100.0, "cuda")
     assert best.tokens >= 65536 and best.tokens <= bs.LIMITS["cuda"][1]
+
+
+def overlapped(a_ms, b_ms_per_tok):
+    """A GPU engine with two batches in flight: each batch's latency is its own time plus the one ahead of it,
+    which the per-batch line does not see (it fits a constant that hides the wait)."""
+    rng = random.Random(1)
+
+    def run(budget, longest=1277, n=30):
+        # what the overlapped pass records per batch: nearly flat in padded tokens
+        pairs = [(rng.randint(budget // 2, budget), a_ms * 2) for _ in range(n)]
+        p99 = 2 * (a_ms + b_ms_per_tok * max(budget, longest))  # measured: the biggest batch behind another
+        speed = 1000 * budget / 40 / (a_ms + b_ms_per_tok * budget)
+        return speed, p99, pairs
+
+    return run
+
+
+def test_on_a_gpu_a_budget_whose_measured_p99_misses_the_slo_is_not_kept():
+    run = overlapped(10.0, 0.004)  # 16384 tokens: 75.5 ms alone, ~151 ms measured behind another batch
+    speed, p99, pairs = run(16384)
+    points = [bs.Point(16384, speed, p99)]
+    best, _ = bs.choose(points, pairs, 1277, 100.0)
+    assert best.tokens == 16384  # the line alone keeps it (the H200 case)
+    for _ in range(bs.MAX_STEPS):
+        nxt = bs.next_budget(points, pairs, 1277, 100.0, "cuda", trust_measured=True)
+        if nxt is None:
+            break
+        speed, p99, more = run(nxt)
+        pairs += more
+        points.append(bs.Point(nxt, speed, p99))
+    best, _ = bs.choose(points, pairs, 1277, 100.0, trust_measured=True)
+    assert best.tokens < 16384 and best.p99_ms <= 100.0, points

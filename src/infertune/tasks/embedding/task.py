@@ -186,7 +186,7 @@ class EmbeddingTask(Task):
         variants: dict[int, Candidate] = {cand.batching.size: cand}
         waits = {cand.batching.size: probe.detail.get("wait_share")}  # overlapped GPU passes only (diagnostics)
         for _ in range(batch_search.MAX_STEPS):
-            nxt = batch_search.next_budget(points, pairs, longest, slo, dev)
+            nxt = batch_search.next_budget(points, pairs, longest, slo, dev, trust_measured=dev == "cuda")
             if nxt is None or time.monotonic() + 2 * cap > t_end:
                 break
             v = cand.model_copy(update={"batching": candidates.tokens(dev, nxt)})
@@ -199,7 +199,7 @@ class EmbeddingTask(Task):
             variants[nxt] = v
             points.append(batch_search.Point(nxt, pr.speed, pr.p99_ms or 0.0))
             waits[nxt] = pr.detail.get("wait_share")
-        best, pred = batch_search.choose(points, pairs, longest, slo)
+        best, pred = batch_search.choose(points, pairs, longest, slo, trust_measured=dev == "cuda")
         chosen = variants[best.tokens]
         a, b = batch_search.fit(pairs)
         run.log["refine"][cand.engine_id] = {
