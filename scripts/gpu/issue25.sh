@@ -37,9 +37,11 @@ qwen_dir() {  # $1: directory; a Qwen3 config with SmolLM2's tokenizer
 }
 tune() {  # $1: label, rest: tune arguments
   local label=$1; shift
-  /usr/bin/time -f "%e" -o $R/$label.wall $I tune "$@" --device $DEV --out $R/$label --json > $R/$label.json 2> $R/$label.log
-  echo "$label: exit $? in $(cat $R/$label.wall) s"; grep -E "^workers:|Winner|No candidate" $R/$label.log | head -3
-  cp $R/$label.json "$OUT/$label.json" 2>/dev/null; cp $R/$label.log "$OUT/$label.log"
+  # the log and the JSON go straight to $OUT: a call cut short by its limit still brings them back
+  /usr/bin/time -f "%e" -o $R/$label.wall $I tune "$@" --device $DEV --out $R/$label --json > "$OUT/$label.json" \
+    2> "$OUT/$label.log"
+  echo "$label: exit $? in $(cat $R/$label.wall) s"; grep -E "^workers:|Winner|No candidate" "$OUT/$label.log" | head -3
+  cp "$OUT/$label.json" $R/$label.json
 }
 LABELS=""
 if [ "$STEP" = embed ]; then
