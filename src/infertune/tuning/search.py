@@ -278,15 +278,16 @@ def _no_time(run: Run, o: Option) -> str | None:
     eat the next stages' time for a probe that may not finish. The reference's own probe on a GPU needs its
     capped warm-up and probe (3 probe caps: its probe took 22.6 s on the H200 where 8 s were left)."""
     need = max(PROBE_MIN_S, (o.probe_s or 0.0) / 2)
+    first = f" (its first run needs ~{o.probe_s:.0f} s)" if o.probe_s and need > PROBE_MIN_S else ""
     if o.role == "reference" and run.cfg.device != "cpu":
         need = max(need, 3 * 6.0)
+        first = f" (its capped warm-up and probe need ~{need:.0f} s)"
     reserve = run.reserve_s() if o.candidate.id not in run.owed else 0.0
     if run.budget.stage_left("probe") - reserve >= need:
         return None
     return (f"time budget: {run.budget.total_s:.0f} s in all (--time-budget), {run.budget.elapsed():.0f} s used "
             "before this candidate could start"
-            + (f", {reserve:.0f} s kept for the naive baseline" if reserve >= 1 else "")
-            + (f" (its first run needs ~{o.probe_s:.0f} s)" if need > PROBE_MIN_S else ""))
+            + (f", {reserve:.0f} s kept for the naive baseline" if reserve >= 1 else "") + first)
 
 
 def probe_reference(run: Run, o: Option) -> None:

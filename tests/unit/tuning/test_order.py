@@ -136,3 +136,23 @@ def test_a_rounds_cost_is_what_its_calls_took_when_that_is_more_than_the_estimat
     run.samples[c.id] = [{}, {}]
     run.charge(c, 8.8, "full")  # two calls took 4.4 s each
     assert search._call_s(run, c) == 4.4
+
+
+def test_on_a_gpu_the_references_probe_is_skipped_for_time_once_a_candidate_probed_and_says_why():
+    run = _run(180.0, 0.55 * 180.0 - 10.0)  # 10 s left of the probe share: under its 3 probe caps
+    ref = Option(Candidate(backend="torch-eager"), "reference", role="reference")
+    run.options[ref.candidate.id] = ref
+    run.record(ref.candidate, status="ok")
+    run.best_probe = (1500.0, "torch-eager/bf16")
+    search.probe_reference(run, ref)
+    r = run.results[ref.candidate.id]
+    assert r.status == "skipped" and "probe skipped" in r.reason and "~18 s" in r.reason
+    # on a CPU (or where it is owed) it runs whatever the time
+    cpu = _run(180.0, 0.55 * 180.0 - 10.0, device="cpu")
+    cpu.options[ref.candidate.id] = ref
+    cpu.record(ref.candidate, status="ok")
+    cpu.owed[ref.candidate.id] = "reference-probe"
+    cpu.workers[ref.candidate.engine_id] = object()
+    cpu.best_probe = (100.0, "x")
+    search.probe_reference(cpu, ref)
+    assert cpu.results[ref.candidate.id].status == "ok" and ref.candidate.id not in cpu.owed
