@@ -31,7 +31,9 @@ def test_quick_tune_writes_contract_results_report_and_artifact(quick_run):
     # the search: what this host is, what each candidate cost and how far it got, all inside the budget
     s = res["search"]
     assert s["capabilities"] and s["time_budget_s"] == TUNE_BUDGET_S and [x["stage"] for x in s["stages"]] == [
-        "probe", "refine", "full", "confirm"]
+        "reference", "probe", "refine", "full", "confirm"]
+    # what each stage cost, per candidate and in all (the reference's verification among them)
+    assert s["cost_s"]["verify"] > 0 and s["candidates"][res["reference"]]["cost_s"]["verify"] > 0
     assert res["wall_s"] <= 1.1 * TUNE_BUDGET_S, res["wall_s"]
     for c in res["candidates"]:
         assert c["status"] == "skipped" or c["time_s"] is not None, c["name"]
