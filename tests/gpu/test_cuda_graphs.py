@@ -1,11 +1,10 @@
 """CUDA graphs on a real GPU: each bucketed shape is captured once, checked against the eager forward, and
-replayed; the replayed vectors equal the eager ones, and replays are faster than eager calls for a small batch."""
+replayed; the replayed vectors equal the eager ones (how much faster replays are: benchmarks/gpu.py)."""
 
 from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,7 @@ TEXTS = ["hi", "What is the capital of France?", "ok", "a b c d e f g", "x",
 
 
 @pytest.mark.gpu
-def test_graphs_replay_the_eager_vectors_faster():
+def test_graphs_replay_the_eager_vectors():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
@@ -42,21 +41,8 @@ def test_graphs_replay_the_eager_vectors_faster():
             cos = row_cosines(got, want)
             assert cos.min() >= 0.9999
     assert g.on and g.stats["captured"] == 3 and g.stats["replays"] == 3, g.stats  # shapes (1,16) (3,16) (8,24)
-    batch = g.collate(ids[:3])
-
-    def per_call(f) -> float:
-        best = []
-        for _ in range(5):
-            t = time.perf_counter()
-            for _ in range(20):
-                f(batch)
-            torch.cuda.synchronize()
-            best.append((time.perf_counter() - t) / 20)
-        return float(np.median(best)) * 1000
-
-    e_ms, g_ms = per_call(eager.forward), per_call(g.forward)
-    print(f"MiniLM 3-item batch: eager {e_ms:.2f} ms, graph {g_ms:.2f} ms per call (median of 5 x 20)", file=sys.stderr)
-    assert g_ms < e_ms
+    # how much faster a replay is than the eager forward is benchmarks/gpu.py's goal (`make bench`): a ratio
+    # of two timings moves with what else runs on the box, so it is a benchmark, not a test
 
 
 def _packed_graphs_equal_alone(emb, mode: str):

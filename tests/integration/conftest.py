@@ -7,7 +7,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from tune_helpers import TUNE_BUDGET_S, run_cli, write_user_jsonl  # noqa: E402
+from tune_helpers import TUNE_BUDGET_S, TUNE_SLO_MS, run_cli, write_user_jsonl  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -17,11 +17,16 @@ def user_jsonl(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def quick_run(tmp_path_factory, user_jsonl):
-    """One real `infertune tune minilm --quick` with a 75 s budget, as a user runs it, for the session:
-    whatever this CPU can do decides the candidates (bf16 on AMX, int8/OpenVINO on AVX2)."""
+    """One real `infertune tune minilm --quick` with a 150 s budget, as a user runs it, for the session:
+    whatever this CPU can do decides the candidates (bf16 on AMX, int8/OpenVINO on AVX2).
+
+    The SLO is 10 s per batch, not the default 100 ms: whether this box meets 100 ms depends on how busy it is
+    (beside two CPU hogs torch's threads wait on each other, and the smallest batch, one 256-token text, read
+    P99 1.8 s: no winner, exit 3; issue 25). The tests check the contract and serve the winner; a 10 s SLO is
+    met on any box, so a winner always exists. That tune meets the default SLO is `make bench`'s business."""
     out = tmp_path_factory.mktemp("run")
-    r = run_cli("tune", "minilm", "--workload", str(user_jsonl), "--quick", "--time-budget", str(TUNE_BUDGET_S), "--confirm-rounds", "3",
-                "--out", str(out), "--json")
+    r = run_cli("tune", "minilm", "--workload", str(user_jsonl), "--quick", "--time-budget", str(TUNE_BUDGET_S),
+                "--confirm-rounds", "3", "--slo-p99-ms", str(TUNE_SLO_MS), "--out", str(out), "--json")
     return r, out
 
 

@@ -48,7 +48,9 @@ def test_misbehaving_candidates_are_recorded_and_run_continues(tmp_path):
     # the pathological one: dropped after one probe (far below the line: no re-probe), within seconds
     slow = by[cands[6].id]
     assert slow.status == "rejected" and slow.stage == "probe" and "dropped after the probe" in slow.reason
-    assert slow.time_s <= 15, slow.time_s
+    # seconds, not a measurement: one timed pass over the 48 eval items alone would take >= 48 s (1 s per item,
+    # sleeping). Its process start and probe read 10.4 s beside two CPU hogs, so the bound is 30 s, not 15
+    assert slow.time_s <= 30, slow.time_s
     print(f"\npathological candidate: probe {slow.probe['speed']:.1f} items/s, cost {slow.time_s:.1f} s")
     # the real reference and baseline ran too
     ref = by[res.reference]

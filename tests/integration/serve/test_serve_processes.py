@@ -108,7 +108,9 @@ def test_killed_engine_fails_its_requests_and_is_restarted(fake_server):
     r = got["r"]
     assert r.status_code == 503, r.text
     assert r.json()["error"]["code"] == "worker_unavailable" and r.headers["retry-after"] == "1"
-    assert got["s"] < 5  # failed when the engine died, not after a timeout
+    # failed when the engine died, not after a timeout: the server's request timeout is 60 s, the client's
+    # 30 s; a busy box may take seconds to notice and answer, never a quarter of the server's timeout
+    assert got["s"] < 15, got["s"]
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         w = httpx.get(srv.url + "/ready", timeout=5)

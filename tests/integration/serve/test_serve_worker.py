@@ -55,7 +55,9 @@ def test_killed_worker_fails_its_batch_cleanly_and_is_restarted(fake_server):
     assert r.status_code == 503, r.text
     err = r.json()["error"]
     assert err["code"] == "worker_unavailable" and "SIGKILL" in err["message"] and r.headers["retry-after"] == "1"
-    assert got["s"] < 5  # failed at once, not after a timeout
+    # failed at once, not after a timeout (--worker-timeout-s and --request-timeout-s are 60 s by default);
+    # a busy box may take seconds to notice and answer, never a quarter of either
+    assert got["s"] < 15, got["s"]
     new, took = _wait_new_worker(srv.url, w["pid"])
     assert new["restarts"] == 1 and new["last_exit"] == "killed by SIGKILL"
     assert metric(srv.url, "infertune_worker_restarts_total") == 1
@@ -79,7 +81,8 @@ def test_stalled_worker_is_killed_after_the_timeout(fake_server):
         except ProcessLookupError:
             pass
     assert r.status_code == 503 and "stalled" in r.json()["error"]["message"], r.text
-    assert 0.9 < took < 5
+    # after the 1 s worker timeout, and from it: not from the 60 s request timeout (seconds on a busy box)
+    assert 0.9 < took < 15, took
     _wait_new_worker(srv.url, w["pid"])
     assert embed(srv.url, "a b c", "fake").status_code == 200
     assert metric(srv.url, "infertune_worker_restarts_total") == 1

@@ -9,15 +9,20 @@ import time
 from validate_helpers import run_cli
 
 
-def test_nothing_listening_exits_2_within_10_s_naming_the_url():
+def test_nothing_listening_exits_2_within_seconds_naming_the_url():
+    # validate gives a URL where nothing accepts connections 3 s, not the 600 s a server it starts gets
+    # (ValidateConfig.ready_timeout_s). The rest is the CLI's start, 1.5 s on a quiet box and 4.5 s beside two
+    # CPU hogs: a 30 s bound is 20x below the wait it guards against, and no busy box makes Python start take
+    # 27 s.
     t0 = time.monotonic()
-    r = run_cli("validate", "http://127.0.0.1:9", timeout=60)
+    r = run_cli("validate", "http://127.0.0.1:9", timeout=120)
     took = time.monotonic() - t0
     assert r.returncode == 2, r.stderr[-2000:]
-    assert took < 10, f"took {took:.1f} s"
+    assert took < 30, f"took {took:.1f} s"
     assert "Traceback" not in r.stderr
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("error: nothing answers at http://127.0.0.1:9"), r.stderr
+    assert "for 3 s)" in last, last  # the unreachable window, not the ready timeout, ended it
 
 
 def test_a_soak_over_the_slo_is_not_a_pass(fake_artifact, tmp_path):
