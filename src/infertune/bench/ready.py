@@ -35,9 +35,9 @@ def patience(wait_ready: float | None) -> tuple[float, float]:
 
 
 def wait_until(probe: Callable[[], tuple[str, str, Any]], *, loading_s: float, refused_s: float,
-               log: Callable[[str], None], what: str = "the server", every_s: float = 5.0, poll_s: float = 0.5,
-               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
-               ) -> dict[str, Any]:
+               log: Callable[[str], None], what: str = "the server", every_s: float = 5.0,
+               poll_s: float = 0.5, clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
     """Probe until READY or ANSWERED, or until the patience for the current state runs out. `probe()` ->
     (state, what it answered in words, the probe's record). Refused connections get `refused_s` while the
     server has never answered; once it has (a 503), `loading_s` applies to both. Says what it waits for
@@ -52,8 +52,8 @@ def wait_until(probe: Callable[[], tuple[str, str, Any]], *, loading_s: float, r
         waited = now - t0
         if state in (READY, ANSWERED):
             if polls > 1:
-                log(f"{what} {'is ready' if state == READY else 'answered'} after {waited:.1f} s ({polls} probes): "
-                    f"{detail}")
+                done = "is ready" if state == READY else "answered"
+                log(f"{what} {done} after {waited:.1f} s ({polls} probes): {detail}")
             return {"ready": state == READY, "state": state, "waited_s": round(waited, 2), "polls": polls,
                     "last": detail, "record": record}
         answered = answered or state == LOADING
@@ -61,8 +61,8 @@ def wait_until(probe: Callable[[], tuple[str, str, Any]], *, loading_s: float, r
         if waited >= limit:
             if limit > 0:
                 log(f"{what} is still not ready after {waited:.1f} s: {detail}")
-            return {"ready": False, "state": state, "waited_s": round(waited, 2), "polls": polls, "last": detail,
-                    "record": record, "limit_s": limit}
+            return {"ready": False, "state": state, "waited_s": round(waited, 2), "polls": polls,
+                    "last": detail, "record": record, "limit_s": limit}
         if polls == 1:
             log(f"waiting for {what} to be ready (up to {limit:g} s; --wait-ready): {detail}")
         elif now >= next_line:
@@ -77,8 +77,8 @@ async def _post(cfg, body: bytes, in_tokens: int) -> tuple:
     from infertune.bench.client import request
 
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=cfg.timeout, sock_connect=10)) as s:
-        return await request(s, cfg.url + cfg.endpoint, body, cfg.api, cfg.streaming, time.monotonic(), in_tokens,
-                             {"Content-Type": "application/json"})
+        return await request(s, cfg.url + cfg.endpoint, body, cfg.api, cfg.streaming, time.monotonic(),
+                             in_tokens, {"Content-Type": "application/json"})
 
 
 def _models(url: str) -> tuple[str, str, str | None]:

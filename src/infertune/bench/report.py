@@ -104,7 +104,8 @@ def print_summary(result: BenchResult) -> None:
 
 def _row(p: Point) -> dict:
     r = {"label": p.label, "phase": p.phase, "concurrency": p.offered.concurrency, "rate": p.offered.rate,
-         "arrivals": p.offered.arrivals, "valid": p.valid, "error_laden": p.error_laden, "n": p.n, "ok": p.ok, "achieved_rps": p.achieved_rps,
+         "arrivals": p.offered.arrivals, "valid": p.valid, "error_laden": p.error_laden, "n": p.n, "ok": p.ok,
+         "achieved_rps": p.achieved_rps,
          "errors": p.errors.total, "error_rate": p.errors.rate, "goodput_rps": p.goodput_rps,
          "input_tokens_per_s": p.input_tokens_per_s, "output_tokens_per_s": p.output_tokens_per_s,
          "client_cpu": p.client.cpu_util, "lag_p99_ms": p.client.lag_ms.p99, "slo_pass": p.slo_pass,
@@ -121,7 +122,8 @@ def best_point(result: BenchResult) -> Point | None:
     """The valid point with the highest completed req/s (invalid points measured the client, not the server).
     With none valid, the best client-invalid one; an error-laden point never (its ok req/s is not the server's
     throughput: a loading server answers 503 in microseconds)."""
-    pts = [p for p in result.points if p.valid and p.ok] or [p for p in result.points if p.ok and not p.error_laden]
+    pts = ([p for p in result.points if p.valid and p.ok]
+           or [p for p in result.points if p.ok and not p.error_laden])
     return max(pts, key=lambda p: p.achieved_rps) if pts else None
 
 
@@ -133,8 +135,8 @@ def no_throughput(result: BenchResult) -> str:
         for k, c in p.errors.by_kind.items():
             kinds[k] = kinds.get(k, 0) + c
     what = ", ".join(f"{c:,} x {k}" for k, c in sorted(kinds.items(), key=lambda kv: -kv[1]))
-    return (f"{len(bad)} of {len(result.points)} points had more than the error budget of failed requests ({what}); "
-            f"first: {bad[0].invalid_reason}" if bad else "no point completed a request")
+    return (f"{len(bad)} of {len(result.points)} points had more than the error budget of failed requests "
+            f"({what}); first: {bad[0].invalid_reason}" if bad else "no point completed a request")
 
 
 def confirm_line(result: BenchResult) -> str | None:
@@ -146,11 +148,12 @@ def confirm_line(result: BenchResult) -> str | None:
     short = f"short {result.config.get('duration')} s points: {fmt(s.max_load, '{:.4g}')}"
     if c.met:
         st = c.steps[-1]
-        return (f"sustainable {s.over} = {c.load:.4g} ({short}): a {c.duration_s:g} s point met {s.target} there (P50 "
-                f"{fmt(st.p50_ms)} ms, P99 {fmt(st.p99_ms)} ms, {st.achieved_rps:.1f} of {st.sent_rps:.1f} req/s "
-                f"completed); {len(c.steps)} long point(s)")
+        return (f"sustainable {s.over} = {c.load:.4g} ({short}): a {c.duration_s:g} s point met {s.target} "
+                f"there (P50 {fmt(st.p50_ms)} ms, P99 {fmt(st.p99_ms)} ms, {st.achieved_rps:.1f} of "
+                f"{st.sent_rps:.1f} req/s completed); {len(c.steps)} long point(s)")
     tried = ", ".join(f"{x.load:.4g} (P99 {fmt(x.p99_ms)} ms)" for x in c.steps)
-    return f"no sustainable {s.over} found ({short}): {c.duration_s:g} s points at {tried} all missed {s.target}"
+    return (f"no sustainable {s.over} found ({short}): {c.duration_s:g} s points at {tried} all missed "
+            f"{s.target}")
 
 
 def _cmd(result: BenchResult, *flags: str) -> str:
@@ -219,12 +222,13 @@ def _card(result: BenchResult) -> str:
         facts.append("SLO: none given (<code>--slo 'p99_e2e_ms&lt;=200'</code> searches the highest load that meets it)")
     line = confirm_line(result)
     if line:
-        facts.append(f"<b>{e(line)}</b>" if s and s.sustainable_load else f"<span class=fail>{e(line)}</span>")
+        facts.append(f"<b>{e(line)}</b>" if s and s.sustainable_load
+                     else f"<span class=fail>{e(line)}</span>")
     laden = [p for p in result.points if p.error_laden]
     if laden:
         tone = "warn" if tone != "fail" else tone
-        facts.append(f"<span class=fail>{len(laden)} of {len(result.points)} load points error-laden</span> (not "
-                     f"valid, never quoted): {e(laden[0].invalid_reason)}")
+        facts.append(f"<span class=fail>{len(laden)} of {len(result.points)} load points error-laden</span> "
+                     f"(not valid, never quoted): {e(laden[0].invalid_reason)}")
     bad = [p for p in result.points if not p.valid and not p.error_laden]
     if bad:
         tone = "warn" if tone != "fail" else tone

@@ -55,15 +55,16 @@ def wait_for_server(cfg: BenchConfig, log: Log) -> tuple[str | None, Requests, d
     loading_s, refused_s = patience(cfg.wait_ready)
     seen = wait_until(probe, loading_s=loading_s, refused_s=refused_s, log=log, what=cfg.url)
     if seen["state"] == REFUSED:
-        raise InfertuneError(f"cannot reach {cfg.url}: {seen['last']} for {seen['waited_s']:g} s. Is the server "
-                             "running there? (One started in the same command may need longer: --wait-ready 2m)")
+        raise InfertuneError(f"cannot reach {cfg.url}: {seen['last']} for {seen['waited_s']:g} s. Is the "
+                             "server running there? (One started in the same command may need longer: "
+                             "--wait-ready 2m)")
     req = probe.req if probe.req is not None else probe.build(probe.model)
     rec = seen.pop("record")
     warnings = [] if seen["state"] == LOADING else preflight(cfg, rec, log)
     if seen["state"] == LOADING:
-        w = (f"the server still answered 503 (not ready) after {seen['waited_s']:g} s of waiting (--wait-ready): "
-             f"measured anyway; points with more than {cfg.max_error_rate:.0%} failed requests are error-laden and "
-             "not valid")
+        w = (f"the server still answered 503 (not ready) after {seen['waited_s']:g} s of waiting "
+             f"(--wait-ready): measured anyway; points with more than {cfg.max_error_rate:.0%} failed "
+             "requests are error-laden and not valid")
         log(f"warning: {w}")
         warnings.append(w)
     return probe.model, req, seen, warnings
@@ -164,16 +165,20 @@ def _confirm(cfg: BenchConfig, run: _Runner, slo: SLO, result: BenchResult, log:
     start = result.slo.max_load * cfg.slo_confirm_fraction
     # a longer warm-up too: the window should see the queue the load settles into, not the start of it
     warm = max(cfg.warmup, cfg.slo_confirm / 6)
-    log(f"confirm: {cfg.slo_over} {start:.4g} with {cfg.slo_confirm:g} s points (+{warm:g} s warm-up), backing off "
-        f"{1 - cfg.slo_confirm_backoff:.0%} a step until one meets {slo.text}")
-    c = confirm(lambda x: run.point(**{("rate" if rate else "concurrency"): (x if rate else int(x))}, phase="confirm",
-                                    duration=cfg.slo_confirm, warmup=warm),
-                slo, start=start, duration=cfg.slo_confirm, over=cfg.slo_over, backoff=cfg.slo_confirm_backoff, log=log)
+    log(f"confirm: {cfg.slo_over} {start:.4g} with {cfg.slo_confirm:g} s points (+{warm:g} s warm-up), "
+        f"backing off {1 - cfg.slo_confirm_backoff:.0%} a step until one meets {slo.text}")
+
+    def long_point(x: float) -> Point:
+        load = {"rate": x} if rate else {"concurrency": int(x)}
+        return run.point(**load, phase="confirm", duration=cfg.slo_confirm, warmup=warm)
+
+    c = confirm(long_point, slo, start=start, duration=cfg.slo_confirm, over=cfg.slo_over,
+                backoff=cfg.slo_confirm_backoff, log=log)
     result.slo.confirm, result.slo.sustainable_load = c, c.load
     if not c.met:
-        result.warnings.append(f"SLO confirm: no {cfg.slo_over} from {start:.4g} down to {c.steps[-1].load:.4g} met "
-                               f"{slo.text} over {cfg.slo_confirm:g} s; the short points' answer "
-                               f"{result.slo.max_load:.4g} does not hold")
+        result.warnings.append(f"SLO confirm: no {cfg.slo_over} from {start:.4g} down to "
+                               f"{c.steps[-1].load:.4g} met {slo.text} over {cfg.slo_confirm:g} s; the short "
+                               f"points' answer {result.slo.max_load:.4g} does not hold")
 
 
 def bench(cfg: BenchConfig, log: Log | None = None) -> BenchResult:
@@ -219,7 +224,8 @@ def bench(cfg: BenchConfig, log: Log | None = None) -> BenchResult:
                 for r in profiles.sweep_rates(max(p1.achieved_rps, 0.1), max(pmax.achieved_rps, 0.1), cfg.sweep_points):
                     p = run.point(rate=r, phase="sweep")
                     if p.errors.rate > 0.5 or (not p.valid and not p.error_laden):
-                        log(f"sweep stopped at rate {r:.3g}/s: {'errors > 50%' if p.errors.rate > 0.5 else 'client saturated'}")
+                        why = "errors > 50%" if p.errors.rate > 0.5 else "client saturated"
+                        log(f"sweep stopped at rate {r:.3g}/s: {why}")
                         break
             else:
                 for kind, x in loads or [("concurrency", 1)]:
@@ -230,7 +236,8 @@ def bench(cfg: BenchConfig, log: Log | None = None) -> BenchResult:
     result.knee = find_knee(result.points, cfg.api)
     for p in result.points:
         if not p.valid:
-            result.warnings.append(f"{p.label}: {'ERROR-LADEN' if p.error_laden else 'INVALID'} - {p.invalid_reason}")
+            what = "ERROR-LADEN" if p.error_laden else "INVALID"
+            result.warnings.append(f"{p.label}: {what} - {p.invalid_reason}")
         elif p.ok == 0:  # its figures are n/a; the caveat says why (stats.nothing_completed)
             result.warnings.append(f"{p.label}: {p.warning}")
     result.wall_s = round(time.monotonic() - wall0, 2)

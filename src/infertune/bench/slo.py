@@ -261,9 +261,10 @@ def confirm(run: Callable[[float], Point], slo: SLO, *, start: float, duration: 
         ok, notes = slo.check(p)
         p.slo_pass, p.slo_detail = ok, notes
         res.steps.append(ConfirmStep(load=x, passed=ok, window_s=p.window_s, p50_ms=p.latency_ms.p50,
-                                     p99_ms=p.latency_ms.p99, achieved_rps=p.achieved_rps, sent_rps=p.client.sent_rps,
-                                     error_rate=p.errors.rate, notes=notes))
-        log(f"confirm {over}={_fmt(x, integer)} over {duration:g} s: {'pass' if ok else 'FAIL'} ({'; '.join(notes)})")
+                                     p99_ms=p.latency_ms.p99, achieved_rps=p.achieved_rps,
+                                     sent_rps=p.client.sent_rps, error_rate=p.errors.rate, notes=notes))
+        verdict = "pass" if ok else "FAIL"
+        log(f"confirm {over}={_fmt(x, integer)} over {duration:g} s: {verdict} ({'; '.join(notes)})")
         if ok:
             res.load, res.met = x, True
             return res

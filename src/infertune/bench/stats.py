@@ -126,8 +126,8 @@ def _error_check(point: Point, budget: float, errs: list[tuple]) -> None:
         return
     kinds = ", ".join(f"{c:,} x {k}" for k, c in sorted(e.by_kind.items(), key=lambda kv: -kv[1]))
     why = f"{e.rate:.1%} of {point.n:,} requests failed ({kinds}; budget {budget:.0%})"
-    why += (f": its ok req/s and latencies describe the {point.ok:,} that succeeded, not the server's throughput at "
-            "this load" if point.ok else ": none succeeded")
+    why += (f": its ok req/s and latencies describe the {point.ok:,} that succeeded, not the server's "
+            "throughput at this load" if point.ok else ": none succeeded")
     n503 = sum(1 for r in errs if str(r[5]).startswith("HTTP 503"))
     if n503:
         why += (f". {n503:,} answered HTTP 503: the server was not ready (still loading, restarting or "

@@ -93,7 +93,8 @@ def bench_cmd(
         url=url, api=api, model=model, workload=workload, synthetic=synthetic, inputs_per_request=inputs_per_request, stream=stream,
         concurrency=_nums(concurrency, int, "--concurrency"), rates=_nums(rate, float, "--rate"), arrivals=arrivals,
         sweep=sweep, slo=slo, slo_over=slo_over, slo_keepup=slo_keepup, slo_recheck=slo_recheck, slo_start=slo_start,
-        slo_step=slo_step, slo_confirm=slo_confirm, wait_ready=wait_ready, duration=duration, warmup=warmup, max_requests=max_requests,
+        slo_step=slo_step, slo_confirm=slo_confirm, wait_ready=wait_ready, duration=duration, warmup=warmup,
+        max_requests=max_requests,
         workers="auto" if workers == "auto" else int(workers), timeout=timeout, max_lag_ms=max_lag_ms,
         metrics_url=metrics_url, seed=seed, out=out, save_requests=save_requests, http_client=http_client,
     )

@@ -142,3 +142,33 @@ def confirmed_rates(points) -> dict[str, Any]:
     passed = [r for r, (ok, _) in by.items() if ok >= 1]
     return {"confirmed": max(confirmed, default=None), "passed_once": max(passed, default=None),
             "runs": {f"{r:.6g}": {"pass": ok, "fail": bad} for r, (ok, bad) in sorted(by.items())}}
+
+
+def degradation(confirm: dict[str, Any] | None, drift: dict[str, Any], slo: dict[str, Any], max_drift: float,
+                soak_p99: float | None) -> dict[str, Any] | None:
+    """A soak that missed its SLO (or drifted) at the rate its confirm point met, in words: the server
+    degrades over time (P99 rising from a first third within the SLO), was slower than its confirm point
+    from the start (the first third already over: the host or the server changed in between), or had a slow
+    spell. None: no confirm point; {"degraded": False}: the soak held what the confirm point showed."""
+    if confirm is None:
+        return None
+    ratio = drift.get("ratio")
+    if slo.get("met") and not (ratio is not None and ratio > max_drift):
+        return {"degraded": False, "confirm": confirm}
+    bound = next((t["limit"] for t in slo.get("terms", []) if t.get("term") == "p99_e2e_ms"), None)
+    first, last = drift.get("first_third_p99_ms"), drift.get("last_third_p99_ms")
+    c = (f"the {confirm['duration_s']:g} s confirm point at {confirm['rate_rps']:.4g} req/s met the SLO (P50 "
+         f"{confirm['p50_ms']} ms, P99 {confirm['p99_ms']} ms)")
+    if first is not None and last is not None and (bound is None or first <= bound) and last > first:
+        kind = "degrades over time"
+        words = (f"the server degrades over time: {c}; at the same rate the soak's P99 rose from {first} ms "
+                 f"in its first third to {last} ms in its last ({soak_p99} ms over the whole soak)")
+    elif first is not None and bound is not None and first > bound:
+        kind = "slower from the start"
+        words = (f"{c}, but the soak at the same rate was over the SLO from its first third on (P99 {first} "
+                 f"ms, {soak_p99} ms over the whole soak): the host or the server changed between them")
+    else:
+        kind = "slow spell"
+        words = (f"{c}; the soak at the same rate had a slow spell (P99 {soak_p99} ms over the whole soak, "
+                 f"first third {first} ms, last {last} ms): a busy host?")
+    return {"degraded": True, "kind": kind, "verdict": words, "confirm": confirm}

@@ -1,5 +1,5 @@
-"""Issue 25 against the loopback stub (tests/fixtures/openai_stub.py): bench waits for a server that answers 503
-while it loads, a point against a server that never got ready is error-laden and never quoted, and
+"""Issue 25 against the loopback stub (tests/fixtures/openai_stub.py): bench waits for a server that answers
+503 while it loads, a point against a server that never got ready is error-laden and never quoted, and
 --slo-confirm's long points find a load the queue holds where short points passed above it. ~50 s."""
 
 from __future__ import annotations

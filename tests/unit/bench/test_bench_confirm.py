@@ -19,20 +19,23 @@ def _queue_server(capacity: float, service_ms: float = 20.0, warmup: float = 2.0
         over = max(0.0, load / capacity - 1)
         p99 = service_ms + 1e3 * over * (warmup + 0.99 * window)
         done = min(load, capacity)
-        return Point(offered=Offered(rate=load), n=int(load * window), ok=int(load * window), achieved_rps=done,
-                     window_s=window, latency_ms=Percentiles(p50=service_ms + 1e3 * over * (warmup + window / 2),
-                                                             p99=p99), client=ClientCheck(sent_rps=load))
+        p50 = service_ms + 1e3 * over * (warmup + window / 2)
+        return Point(offered=Offered(rate=load), n=int(load * window), ok=int(load * window),
+                     achieved_rps=done, window_s=window, latency_ms=Percentiles(p50=p50, p99=p99),
+                     client=ClientCheck(sent_rps=load))
     return run
 
 
 def _settling_server(sustainable: float):
     """Keeps up at every load, but above `sustainable` its P99 grows with the window (6 ms per req/s over it
-    per 5 s): the queue's steady state takes longer than a short point to reach, as MiniLM's on the 2-core box."""
+    per 5 s): the queue's steady state takes longer than a short point to reach, as MiniLM's on the 2-core
+    box."""
     def run(load: float, window: float, calls: list) -> Point:
         calls.append((load, window))
         p99 = 20.0 + max(0.0, load - sustainable) * 6.0 * window / 5.0
-        return Point(offered=Offered(rate=load), n=int(load * window), ok=int(load * window), achieved_rps=load,
-                     window_s=window, latency_ms=Percentiles(p50=10.0, p99=p99), client=ClientCheck(sent_rps=load))
+        return Point(offered=Offered(rate=load), n=int(load * window), ok=int(load * window),
+                     achieved_rps=load, window_s=window, latency_ms=Percentiles(p50=10.0, p99=p99),
+                     client=ClientCheck(sent_rps=load))
     return run
 
 
@@ -51,7 +54,8 @@ def test_short_points_pass_above_the_sustainable_load_and_the_confirm_backs_off_
     assert all(w == 30.0 for _, w in long_calls) and [s.load for s in c.steps] == [x for x, _ in long_calls]
     assert [s.passed for s in c.steps] == [False] * (len(c.steps) - 1) + [True]
     assert c.steps[-1].p99_ms <= 200 and all(s.p99_ms > 200 for s in c.steps[:-1])
-    assert c.steps[0].load == pytest.approx(short.max_load) and c.start == short.max_load and c.duration_s == 30.0
+    assert c.steps[0].load == pytest.approx(short.max_load) and c.start == short.max_load
+    assert c.duration_s == 30.0
     assert logs[0].startswith(f"confirm rate={short.max_load:.3g} over 30 s: FAIL")
 
 
@@ -64,7 +68,8 @@ def test_each_failed_long_point_backs_off_by_the_factor():
     assert [round(s.load, 2) for s in c.steps] == [44.45, 34.2]
     assert c.met and c.load == pytest.approx(34.2)
     calls = []
-    c = confirm(lambda x: srv(x, 30.0, calls), slo, start=40.0, duration=30.0, backoff=0.9)  # kept up: 10% steps
+    # kept up: 10% steps
+    c = confirm(lambda x: srv(x, 30.0, calls), slo, start=40.0, duration=30.0, backoff=0.9)
     assert [round(s.load, 2) for s in c.steps] == [40.0, 36.0] and c.met
 
 
