@@ -132,6 +132,10 @@ def _error_check(point: Point, budget: float, errs: list[tuple]) -> None:
     if n503:
         why += (f". {n503:,} answered HTTP 503: the server was not ready (still loading, restarting or "
                 "overloaded); wait for it (--wait-ready) or lower the load")
+    n4xx = e.by_kind.get("http_4xx", 0)
+    if n4xx:  # refused by design (e.g. input over the model's limit): the workload does not fit the server
+        why += (f". {n4xx:,} were refused with 4xx (the first message is with the errors): fit the workload "
+                "to the server (an embeddings server may need --truncate) or allow them (--max-error-rate)")
     point.error_laden = True
     point.valid = False
     point.invalid_reason = why + (f"; also {point.invalid_reason}" if point.invalid_reason else "")

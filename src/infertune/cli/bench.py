@@ -54,6 +54,7 @@ def bench_cmd(
     timeout: Annotated[float, Duration("per-request timeout")] = 60.0,
     wait_ready: Annotated[float | None, Duration("before the first point, wait up to this long while the server refuses connections or answers 503 (loading), with a progress line; default 120 s for 503, 5 s for refused connections; 0 = no wait")] = None,
     max_lag_ms: Annotated[float, typer.Option(help="p99 schedule lag that marks a point invalid (ms)")] = 10.0,
+    max_error_rate: Annotated[float, typer.Option(help="share of failed requests above which a point is error-laden: not valid, never quoted as throughput, fails any SLO")] = 0.01,
     metrics_url: Annotated[str | None, typer.Option(help="Prometheus URL to scrape (default URL/metrics; '' = off)")] = None,
     seed: Annotated[int, typer.Option(help="seed for arrivals and synthetic prompts")] = 0,
     out: Annotated[Path | None, typer.Option(help="write bench.json, bench.html, bench.csv here")] = None,
@@ -96,6 +97,7 @@ def bench_cmd(
         slo_step=slo_step, slo_confirm=slo_confirm, wait_ready=wait_ready, duration=duration, warmup=warmup,
         max_requests=max_requests,
         workers="auto" if workers == "auto" else int(workers), timeout=timeout, max_lag_ms=max_lag_ms,
+        max_error_rate=max_error_rate,
         metrics_url=metrics_url, seed=seed, out=out, save_requests=save_requests, http_client=http_client,
     )
     con = console(stderr=True)

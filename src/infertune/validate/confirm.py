@@ -29,6 +29,7 @@ def confirm_soak_rate(target: Target, api: str, req: Requests, start: float, cfg
     """The highest rate from `start` down (10% steps) whose `cfg.confirm_s` point met `cfg.slo`. None met:
     a user-facing error with every step's figures (a rate that did not hold for a long point is not
     soaked)."""
+    from infertune.bench.report import fmt
     from infertune.bench.slo import confirm, parse_slo
 
     slo = parse_slo(cfg.slo, ERROR_BUDGET, streaming=False, keepup=KEEPUP)
@@ -44,7 +45,9 @@ def confirm_soak_rate(target: Target, api: str, req: Requests, start: float, cfg
         f"backing off 10% a step until one meets {cfg.slo}")
     c = confirm(run, slo, start=start, duration=duration, log=lambda s: log(f"  {s}"))
     if not c.met:
-        tried = "; ".join(f"{s.load:.4g} req/s: P99 {s.p99_ms} ms ({', '.join(s.notes)})" for s in c.steps)
+        tried = "; ".join(f"{s.load:.4g} req/s: P99 {fmt(s.p99_ms)} ms"
+                          + (" (fell behind: a queue grew)" if any(n.startswith("fell behind") for n in s.notes)
+                             else "") for s in c.steps)
         raise InfertuneError(f"no rate from {start:.4g} down to {c.steps[-1].load:.4g} req/s met {cfg.slo} "
                              f"for {duration:g} s ({tried}); the SLO search's short points do not hold here. "
                              "Pass --peak REQ_PER_S to soak at a rate you choose, relax --slo, or "
