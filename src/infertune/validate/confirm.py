@@ -45,9 +45,10 @@ def confirm_soak_rate(target: Target, api: str, req: Requests, start: float, cfg
         f"backing off 10% a step until one meets {cfg.slo}")
     c = confirm(run, slo, start=start, duration=duration, log=lambda s: log(f"  {s}"))
     if not c.met:
+        behind = " (fell behind: a queue grew)"
         tried = "; ".join(f"{s.load:.4g} req/s: P99 {fmt(s.p99_ms)} ms"
-                          + (" (fell behind: a queue grew)" if any(n.startswith("fell behind") for n in s.notes)
-                             else "") for s in c.steps)
+                          + (behind if any(n.startswith("fell behind") for n in s.notes) else "")
+                          for s in c.steps)
         raise InfertuneError(f"no rate from {start:.4g} down to {c.steps[-1].load:.4g} req/s met {cfg.slo} "
                              f"for {duration:g} s ({tried}); the SLO search's short points do not hold here. "
                              "Pass --peak REQ_PER_S to soak at a rate you choose, relax --slo, or "

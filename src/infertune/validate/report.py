@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from infertune.bench.plots import slo_bound_ms
+from infertune.bench.report import fmt
 from infertune.page import card, document, folded, table
 from infertune.plots import figure_svg, log_axis
 from infertune.validate.config import Drill, ValidateResult
@@ -152,10 +153,11 @@ def sustainable_line(result: ValidateResult) -> str | None:
     if not pk.get("sustainable_rps") or not c.get("steps"):
         return None
     st = c["steps"][-1]
-    failed = [f"{x['load']:.4g} (P99 {x['p99_ms']} ms)" for x in c["steps"][:-1]]
+    failed = [f"{x['load']:.4g} (P99 {fmt(x['p99_ms'])} ms)" for x in c["steps"][:-1]]
     frac = result.config.get("soak_fraction")
     return (f"Sustainable {pk['sustainable_rps']:.4g} req/s: a {c['duration_s']:g} s point met "
-            f"{pk.get('slo')} there (P50 {st['p50_ms']} ms, P99 {st['p99_ms']} ms); the soak ran at it"
+            f"{pk.get('slo')} there (P50 {fmt(st['p50_ms'])} ms, P99 {fmt(st['p99_ms'])} ms); the soak ran "
+            "at it"
             + (f" (failed first: {', '.join(failed)} req/s)" if failed else
                f" (the confirm started at {c['start']:.4g} req/s, {frac} x the peak)"))
 

@@ -92,7 +92,7 @@ def confirm_soak(target: Target, api: str, req, peak: float, cfg: ValidateConfig
     result.peak["confirm"] = c.model_dump(mode="json")
     short = f"{cfg.search_duration_s:g} s points" if result.peak.get("source") == "slo-search" else "--peak"
     log(f"peak: {peak:.4g} req/s ({short}); sustainable {c.load:.4g} req/s: a {c.duration_s:g} s point met "
-        f"{cfg.slo} there (P50 {ev['p50_ms']} ms, P99 {ev['p99_ms']} ms); the soak runs at it")
+        f"{cfg.slo} there (P50 {ev['p50_ms']:.1f} ms, P99 {ev['p99_ms']:.1f} ms); the soak runs at it")
     return c.load, ev
 
 

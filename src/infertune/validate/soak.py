@@ -151,7 +151,8 @@ def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConf
     slo_only = bool(not slo["met"] and not fails)
     if not slo["met"]:
         fails.append(f"SLO not met: {'; '.join(slo['missed'])} (SLO {cfg.slo})")
-    deg = degradation(confirmed, drift, slo, cfg.max_p99_drift, whole.latency_ms.p99)
+    drifted = drift["ratio"] is not None and drift["ratio"] > cfg.max_p99_drift
+    deg = degradation(confirmed, [p.latency_ms.p99 for p in pts], slo, drifted, whole.latency_ms.p99)
     lat = whole.latency_ms
     evidence: dict[str, Any] = {
         "rate_rps": round(rate, 3), "peak_rps": round(peak, 3), "fraction": round(rate / peak, 3),
