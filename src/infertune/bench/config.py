@@ -49,7 +49,21 @@ class BenchConfig(BaseModel):
         "server fell behind and a queue grew); 0 turns the check off"))
     slo_recheck: bool = Field(True, description=(
         "search: measure a marginal failure once more before believing it (shared hosts fail points by luck)"))
-    max_error_rate: float = Field(0.01, ge=0, le=1, description="a point with more errors fails any SLO")
+    slo_confirm: Seconds = Field(0.0, ge=0, le=3600, description=(
+        "after the search: re-measure its answer with points this long (the queue settles) and back off "
+        "until one meets the SLO, reported as slo.sustainable_load beside the short points' max_load; "
+        "0 = off"))
+    slo_confirm_fraction: float = Field(1.0, gt=0, le=1, description=(
+        "the confirm stage starts at this fraction of the search's answer"))
+    slo_confirm_backoff: float = Field(0.9, gt=0, lt=1, description=(
+        "after a failed long point the next is at most this fraction of it (lower when the point fell "
+        "behind: its completions/s bound what the server can do)"))
+    max_error_rate: float = Field(0.01, ge=0, le=1, description=(
+        "a point with a larger share of failed requests is error-laden: not valid, never quoted, fails any "
+        "SLO (an SLO term error_rate<=x sets it for a search)"))
+    wait_ready: Seconds | None = Field(None, ge=0, le=3600, description=(
+        "before the first point, wait this long for a server that refuses connections or answers 503 "
+        "(loading); default: 120 s for 503, 5 s for refused connections; 0 = do not wait"))
     # bounds
     duration: Seconds = Field(10.0, gt=0, le=3600, description="measured seconds per point (after warm-up)")
     warmup: Seconds = Field(2.0, ge=0, le=600, description="seconds per point whose requests are not counted")

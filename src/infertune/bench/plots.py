@@ -60,7 +60,8 @@ def _curves(pts: list[Point], over: str, result: BenchResult, plt) -> list[tuple
         ax.plot(x, [p.ttft_ms.p99 if p.ttft_ms else None for p in pts], "--", label="TTFT P99")
     bad = [(xi, p.latency_ms.p99) for xi, p in zip(x, pts, strict=True) if not p.valid and p.latency_ms.p99]
     if bad:
-        ax.scatter(*zip(*bad, strict=True), s=120, facecolors="none", edgecolors="red", label="invalid (client)")
+        ax.scatter(*zip(*bad, strict=True), s=120, facecolors="none", edgecolors="red",
+                   label="not valid (client, or errors)")
     bound = slo_bound_ms(result.slo.target) if result.slo and result.slo.over == over else None
     if bound:
         ax.axhline(bound, color="grey", ls=":", label=f"SLO {bound:g} ms")

@@ -23,6 +23,11 @@ def fmt(x, spec: str = "{:.1f}") -> str:
     return spec.format(x)
 
 
+def valid_cell(p: Point) -> str:
+    """The "valid" column: an error-laden point is not valid, and says why in two words."""
+    return "yes" if p.valid else "NO: errors" if p.error_laden else "NO"
+
+
 def to_json(result: BenchResult) -> str:
     """bench.json's text: a figure that was not measured is null (pydantic writes NaN as null; json.dumps
     would write NaN, which is not JSON)."""
@@ -46,7 +51,7 @@ def print_summary(result: BenchResult) -> None:
     for c in cols:
         t.add_column(c, justify="left" if c in ("load", "valid") else "right")
     for p in result.points:
-        row = [p.label, "yes" if p.valid else "NO", str(p.n), fmt(p.achieved_rps), fmt(p.errors.rate * 100),
+        row = [p.label, valid_cell(p), str(p.n), fmt(p.achieved_rps), fmt(p.errors.rate * 100),
                fmt(p.latency_ms.p50), fmt(p.latency_ms.p90), fmt(p.latency_ms.p99), fmt(p.latency_ms.p999)]
         if stream:
             tt, it, tp = p.ttft_ms, p.itl_ms, p.tpot_ms
@@ -62,7 +67,8 @@ def print_summary(result: BenchResult) -> None:
             for kind, cnt in p.errors.by_kind.items():
                 con.print(f"  {p.label}: {cnt} x {kind}: {p.errors.examples.get(kind, '')}", highlight=False)
         if not p.valid:
-            con.print(f"[bold red]INVALID {p.label}:[/] {p.invalid_reason}", highlight=False)
+            what = "ERROR-LADEN (not valid)" if p.error_laden else "INVALID"
+            con.print(f"[bold red]{what} {p.label}:[/] {p.invalid_reason}", highlight=False)
         if p.warning:
             con.print(f"[yellow]caveat {p.label}:[/] {p.warning}", highlight=False)
     if result.slo:
@@ -72,6 +78,9 @@ def print_summary(result: BenchResult) -> None:
                       f"confirmed over {s.repeats} runs)", highlight=False)
         else:
             con.print(f"[bold red]SLO {s.target} not met at any {s.over} tried[/] ({len(s.steps)} steps)", highlight=False)
+        line = confirm_line(result)
+        if line:
+            con.print(line, style="bold green" if s.sustainable_load else "bold red", highlight=False)
     if result.knee:
         k = result.knee
         con.print(f"knee: {k.over} {k.load:g} ({k.rule})", highlight=False)
@@ -84,6 +93,8 @@ def print_summary(result: BenchResult) -> None:
     if best:
         con.print(f"max throughput: {best.achieved_rps:.1f} req/s at {best.label} (n={best.n} requests, E2E P50 "
                   f"{fmt(best.latency_ms.p50)} ms, P99 {fmt(best.latency_ms.p99)} ms)", highlight=False)
+    elif any(p.error_laden for p in result.points):
+        con.print(f"[bold red]max throughput: none to quote[/]: {no_throughput(result)}", highlight=False)
     if result.out_dir:
         con.print(f"wrote {result.out_dir}/bench.json, bench.html, bench.csv", highlight=False)
     nxt = next_command(result)
@@ -93,7 +104,8 @@ def print_summary(result: BenchResult) -> None:
 
 def _row(p: Point) -> dict:
     r = {"label": p.label, "phase": p.phase, "concurrency": p.offered.concurrency, "rate": p.offered.rate,
-         "arrivals": p.offered.arrivals, "valid": p.valid, "n": p.n, "ok": p.ok, "achieved_rps": p.achieved_rps,
+         "arrivals": p.offered.arrivals, "valid": p.valid, "error_laden": p.error_laden, "n": p.n, "ok": p.ok,
+         "achieved_rps": p.achieved_rps,
          "errors": p.errors.total, "error_rate": p.errors.rate, "goodput_rps": p.goodput_rps,
          "input_tokens_per_s": p.input_tokens_per_s, "output_tokens_per_s": p.output_tokens_per_s,
          "client_cpu": p.client.cpu_util, "lag_p99_ms": p.client.lag_ms.p99, "slo_pass": p.slo_pass,
@@ -107,9 +119,41 @@ def _row(p: Point) -> dict:
 
 
 def best_point(result: BenchResult) -> Point | None:
-    """The valid point with the highest completed req/s (invalid points measured the client, not the server)."""
-    pts = [p for p in result.points if p.valid and p.ok] or [p for p in result.points if p.ok]
+    """The valid point with the highest completed req/s (invalid points measured the client, not the server).
+    With none valid, the best client-invalid one; an error-laden point never (its ok req/s is not the server's
+    throughput: a loading server answers 503 in microseconds)."""
+    pts = ([p for p in result.points if p.valid and p.ok]
+           or [p for p in result.points if p.ok and not p.error_laden])
     return max(pts, key=lambda p: p.achieved_rps) if pts else None
+
+
+def no_throughput(result: BenchResult) -> str:
+    """Why no max throughput is quoted: every point that completed requests (if any did) was error-laden."""
+    bad = [p for p in result.points if p.error_laden]
+    kinds: dict[str, int] = {}
+    for p in bad:
+        for k, c in p.errors.by_kind.items():
+            kinds[k] = kinds.get(k, 0) + c
+    what = ", ".join(f"{c:,} x {k}" for k, c in sorted(kinds.items(), key=lambda kv: -kv[1]))
+    return (f"{len(bad)} of {len(result.points)} points had more than the error budget of failed requests "
+            f"({what}); first: {bad[0].invalid_reason}" if bad else "no point completed a request")
+
+
+def confirm_line(result: BenchResult) -> str | None:
+    """The confirm stage in one line: the sustainable load beside the short points' answer."""
+    s = result.slo
+    c = s.confirm if s else None
+    if s is None or c is None:
+        return None
+    short = f"short {result.config.get('duration')} s points: {fmt(s.max_load, '{:.4g}')}"
+    if c.met:
+        st = c.steps[-1]
+        return (f"sustainable {s.over} = {c.load:.4g} ({short}): a {c.duration_s:g} s point met {s.target} "
+                f"there (P50 {fmt(st.p50_ms)} ms, P99 {fmt(st.p99_ms)} ms, {st.achieved_rps:.1f} of "
+                f"{st.sent_rps:.1f} req/s completed); {len(c.steps)} long point(s)")
+    tried = ", ".join(f"{x.load:.4g} (P99 {fmt(x.p99_ms)} ms)" for x in c.steps)
+    return (f"no sustainable {s.over} found ({short}): {c.duration_s:g} s points at {tried} all missed "
+            f"{s.target}")
 
 
 def _cmd(result: BenchResult, *flags: str) -> str:
@@ -123,6 +167,10 @@ def next_command(result: BenchResult) -> str | None:
     """What to run next: validate at the SLO's answer; a sweep after a single load point; an SLO search after
     a sweep (its bound: the P99 at the knee, rounded up)."""
     url, s = result.target.get("url"), result.slo
+    if s and s.confirm and s.over == "rate":
+        if s.sustainable_load:
+            return f"infertune validate {url} --peak {s.sustainable_load:.4g} --slo '{s.target}'"
+        return _cmd(result, "--sweep")
     if s and s.met and s.over == "rate" and s.max_load:
         return f"infertune validate {url} --peak {s.max_load:.4g} --slo '{s.target}'"
     if s and s.met:
@@ -148,6 +196,8 @@ def _card(result: BenchResult) -> str:
         answer = (f"Max throughput <b>{best.achieved_rps:.1f} req/s</b>{items}{tok} at {e(best.label)}: E2E P50 "
                   f"{fmt(best.latency_ms.p50)} ms, P99 {fmt(best.latency_ms.p99)} ms (n={best.n} requests, "
                   f"{best.window_s:g} s window)")
+    elif any(p.error_laden for p in result.points):
+        answer, tone = f"No throughput to quote: {e(no_throughput(result))}", "fail"
     else:
         answer, tone = "No request completed at any load point", "fail"
     n_ok = len([p for p in result.points if p.ok])
@@ -170,7 +220,16 @@ def _card(result: BenchResult) -> str:
         facts.append(f"SLO <b>{e(s.target)}</b>: <b>not met</b> at any {e(s.over)} tried ({len(s.steps)} steps)")
     else:
         facts.append("SLO: none given (<code>--slo 'p99_e2e_ms&lt;=200'</code> searches the highest load that meets it)")
-    bad = [p for p in result.points if not p.valid]
+    line = confirm_line(result)
+    if line:
+        facts.append(f"<b>{e(line)}</b>" if s and s.sustainable_load
+                     else f"<span class=fail>{e(line)}</span>")
+    laden = [p for p in result.points if p.error_laden]
+    if laden:
+        tone = "warn" if tone != "fail" else tone
+        facts.append(f"<span class=fail>{len(laden)} of {len(result.points)} load points error-laden</span> "
+                     f"(not valid, never quoted): {e(laden[0].invalid_reason)}")
+    bad = [p for p in result.points if not p.valid and not p.error_laden]
     if bad:
         tone = "warn" if tone != "fail" else tone
         facts.append(f"<span class=fail>{len(bad)} of {len(result.points)} load points invalid</span> (the client "
@@ -188,7 +247,7 @@ def _table(result: BenchResult) -> str:
     rows, classes = [], []
     for p in result.points:
         lat = p.latency_ms
-        row = [p.label, "yes" if p.valid else "NO", str(p.n), fmt(p.achieved_rps), fmt(p.errors.rate * 100),
+        row = [p.label, valid_cell(p), str(p.n), fmt(p.achieved_rps), fmt(p.errors.rate * 100),
                fmt(lat.p50), fmt(lat.p99)]
         row += ([fmt(p.ttft_ms and p.ttft_ms.p50), fmt(p.itl_ms and p.itl_ms.p50), fmt(p.output_tokens_per_s)]
                 if stream else [fmt(lat.p90), fmt(lat.p999), fmt(p.goodput_rps)])
@@ -215,6 +274,10 @@ def write_html(result: BenchResult, path: Path) -> None:
                      f"{e(result.knee.derivation)}")
     if result.slo and result.slo.steps:
         notes.append(folded(f"SLO search: {len(result.slo.steps)} steps", "<br>".join(e(x) for x in result.slo.steps)))
+    if result.slo and result.slo.confirm:
+        notes.append(folded(f"SLO confirm: {len(result.slo.confirm.steps)} long point(s)", "<br>".join(
+            e(f"{x.load:.4g}: {'pass' if x.passed else 'FAIL'} over {x.window_s:g} s ({'; '.join(x.notes)})")
+            for x in result.slo.confirm.steps)))
     for p in result.points:
         if p.warning:
             notes.append(f"<span class=warn>caveat {e(p.label)}: {e(p.warning)}</span>")

@@ -4,6 +4,10 @@ Contract (read by other tools; extend, never rename): bench.json has `config`, `
 (each: `offered` {`concurrency` or `rate`}, `achieved_rps`, `n`, `errors`, `valid`, `latency_ms`
 {p50,p90,p95,p99,p999} and, for streaming, `ttft_ms`/`itl_ms` likewise) and, after an SLO search,
 `slo` {`target`, `max_load`, `met`}.
+
+Added since (issue 25): a point's `error_laden` (more than the error budget, 1% by default, of its
+requests failed: `valid` is then false too, and `invalid_reason` says so), `target.ready` (how long bench
+waited for the server), and after `--slo-confirm`, `slo.confirm` and `slo.sustainable_load`.
 """
 
 from __future__ import annotations
@@ -61,6 +65,9 @@ class Point(BaseModel):
     phase: str = ""  # sweep | search | fixed
     valid: bool = True
     invalid_reason: str = ""
+    # more than the error budget of the requests failed: ok req/s and latency describe the few that succeeded,
+    # not the server's throughput, so the point is also not valid (and never quoted as max throughput)
+    error_laden: bool = False
     warning: str = ""  # a caveat that does not invalidate the point (e.g. client loop delayed by a busy host)
     n: int = 0  # requests scheduled in the measured window (warm-up excluded)
     ok: int = 0
@@ -84,6 +91,32 @@ class Point(BaseModel):
     requests: list[dict[str, Any]] | None = None  # per-request records with --save-requests
 
 
+class ConfirmStep(BaseModel):
+    """One long point of the confirm stage: the load, its figures, and whether it met the SLO."""
+
+    load: float
+    passed: bool
+    window_s: float
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    achieved_rps: float = 0.0
+    sent_rps: float = 0.0
+    error_rate: float = 0.0
+    notes: list[str] = []
+
+
+class ConfirmResult(BaseModel):
+    """The confirm stage after an SLO search: the candidate re-measured with points long enough for a queue to
+    settle, backing off until one meets the SLO. `load` is that sustainable load (None: none did)."""
+
+    duration_s: float
+    start: float  # the first load measured (the search's answer, or a fraction of it)
+    backoff: float  # each failed long point: the next load is at most this fraction of the last
+    load: float | None = None
+    met: bool = False
+    steps: list[ConfirmStep] = []
+
+
 class SLOResult(BaseModel):
     target: str
     over: str  # rate | concurrency
@@ -97,6 +130,9 @@ class SLOResult(BaseModel):
     contradicted: list[float] = []
     rechecks: int = 0  # marginal failures measured a second time (the load failed only if both failed)
     noise_note: str = ""
+    # --slo-confirm: the highest load whose long point met the SLO (max_load stays the short points' answer)
+    sustainable_load: float | None = None
+    confirm: ConfirmResult | None = None
 
 
 class Knee(BaseModel):

@@ -3,7 +3,6 @@ in worker processes while telemetry is scraped, then write bench.json / bench.ht
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import math
 import time
@@ -14,7 +13,7 @@ from infertune.bench import profiles
 from infertune.bench.config import BenchConfig
 from infertune.bench.engine import WorkerPool
 from infertune.bench.results import BenchResult, Knee, Offered, Point
-from infertune.bench.slo import SLO, parse_slo, search
+from infertune.bench.slo import SLO, confirm, parse_slo, search
 from infertune.bench.stats import build_point
 from infertune.bench.telemetry import Telemetry
 from infertune.bench.workload import Requests, build
@@ -23,37 +22,14 @@ from infertune.errors import InfertuneError
 Log = Callable[[str], None]
 
 
-async def _probe(cfg: BenchConfig, body: bytes, in_tokens: int) -> tuple:
-    import aiohttp
-
-    from infertune.bench.client import request
-
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=cfg.timeout, sock_connect=10)) as s:
-        return await request(s, cfg.url + cfg.endpoint, body, cfg.api, cfg.streaming, time.monotonic(), in_tokens,
-                             {"Content-Type": "application/json"})
-
-
-def _default_model(cfg: BenchConfig) -> str | None:
-    import httpx
-
-    try:
-        r = httpx.get(cfg.url + "/v1/models", timeout=10)
-    except httpx.HTTPError as e:
-        raise InfertuneError(f"cannot reach {cfg.url}: {type(e).__name__}: {e}. Is the server running there?") from None
-    try:
-        data = r.json().get("data") or []
-        return data[0]["id"] if data else None
-    except (ValueError, AttributeError, KeyError, IndexError, TypeError):
-        return None
-
-
-def preflight(cfg: BenchConfig, req: Requests, log: Log) -> list[str]:
-    """One request before the load: user mistakes (nothing listening, wrong API kind) stop here with a
-    clear message; anything else is only a warning, and such failures are counted during the run."""
-    r = asyncio.run(_probe(cfg, req.bodies[0], req.input_tokens[0]))
-    kind, msg = r[4], r[5]
+def preflight(cfg: BenchConfig, rec: tuple | None, log: Log) -> list[str]:
+    """The probe request's answer (bench.ready waited for it): user mistakes (wrong API kind) stop here with
+    a clear message; anything else is only a warning, and such failures are counted during the run."""
+    if rec is None:
+        return []
+    kind, msg = rec[4], rec[5]
     if not kind:
-        log(f"probe ok: {cfg.api} answered in {(r[3] - r[1]) * 1e3:.0f} ms")
+        log(f"probe ok: {cfg.api} answered in {(rec[3] - rec[1]) * 1e3:.0f} ms")
         return []
     where = f"POST {cfg.url}{cfg.endpoint}"
     if kind == "connect":
@@ -68,34 +44,67 @@ def preflight(cfg: BenchConfig, req: Requests, log: Log) -> list[str]:
     return [w]
 
 
+def wait_for_server(cfg: BenchConfig, log: Log) -> tuple[str | None, Requests, dict, list[str]]:
+    """Wait (bench.ready) until the server answers the first request with something other than a refused
+    connection or a 503 -> (model, requests, what the wait saw, warnings). Refused for the whole patience:
+    a user mistake (exit 2). Still 503: measured anyway, and the error-laden points say so."""
+    from infertune.bench.ready import LOADING, REFUSED, Probe, patience, wait_until
+
+    probe = Probe(cfg, lambda m: build(cfg.api, m, cfg.streaming, cfg.workload, cfg.synthetic, cfg.seed,
+                                       cfg.inputs_per_request))
+    loading_s, refused_s = patience(cfg.wait_ready)
+    seen = wait_until(probe, loading_s=loading_s, refused_s=refused_s, log=log, what=cfg.url)
+    if seen["state"] == REFUSED:
+        raise InfertuneError(f"cannot reach {cfg.url}: {seen['last']} for {seen['waited_s']:g} s. Is the "
+                             "server running there? (One started in the same command may need longer: "
+                             "--wait-ready 2m)")
+    req = probe.req if probe.req is not None else probe.build(probe.model)
+    rec = seen.pop("record")
+    warnings = [] if seen["state"] == LOADING else preflight(cfg, rec, log)
+    if seen["state"] == LOADING:
+        w = (f"the server still answered 503 (not ready) after {seen['waited_s']:g} s of waiting "
+             f"(--wait-ready): measured anyway; points with more than {cfg.max_error_rate:.0%} failed "
+             "requests are error-laden and not valid")
+        log(f"warning: {w}")
+        warnings.append(w)
+    return probe.model, req, seen, warnings
+
+
 class _Runner:
     def __init__(self, cfg: BenchConfig, req: Requests, pool: WorkerPool, bench_t0: float, slo: SLO | None, log: Log):
         self.cfg, self.req, self.pool, self.t0, self.slo, self.log = cfg, req, pool, bench_t0, slo, log
         self.points: list[Point] = []
         self.seq = 0
 
-    def point(self, *, rate: float | None = None, concurrency: int | None = None, phase: str = "fixed") -> Point:
+    def point(self, *, rate: float | None = None, concurrency: int | None = None, phase: str = "fixed",
+              duration: float | None = None, warmup: float | None = None) -> Point:
+        """One load point; `duration`/`warmup` override the config's (the confirm stage's long points)."""
         cfg = self.cfg
+        duration = cfg.duration if duration is None else duration
+        warmup = cfg.warmup if warmup is None else warmup
         self.seq += 1
         n_workers = min(len(self.pool), profiles.choose_workers(cfg.workers, rate, concurrency))
         t0 = time.monotonic() + 0.3
         base = {"url": cfg.url + cfg.endpoint, "api": cfg.api, "stream": cfg.streaming, "t0": t0,
-                "warmup": cfg.warmup, "duration": cfg.duration, "timeout": cfg.timeout,
+                "warmup": warmup, "duration": duration, "timeout": cfg.timeout,
                 "max_connections": cfg.max_connections, "http_client": cfg.http_client}
         specs = profiles.split_point(base, n_workers, rate, concurrency, cfg.arrivals, cfg.seed + self.seq,
                                      cfg.max_requests)
         specs += [None] * (len(self.pool) - len(specs))
-        results = self.pool.run(specs, deadline_s=cfg.warmup + cfg.duration + cfg.timeout + 60)
+        results = self.pool.run(specs, deadline_s=warmup + duration + cfg.timeout + 60)
         bad = [r["error"] for r in results if "error" in r]
         if bad:
             raise RuntimeError(f"load worker failed: {bad[0]}")
         offered = Offered(rate=rate, arrivals=cfg.arrivals) if rate is not None else Offered(concurrency=concurrency)
-        p = build_point(results, offered=offered, t0=t0, warmup=cfg.warmup, duration=cfg.duration,
+        p = build_point(results, offered=offered, t0=t0, warmup=warmup, duration=duration,
                         streaming=cfg.streaming, bench_t0=self.t0, cfg=cfg,
                         bounds=self.slo.bounds if self.slo else None, mode="rate" if rate is not None else "concurrency",
-                        save_requests=cfg.save_requests)
+                        save_requests=cfg.save_requests,
+                        error_budget=self.slo.max_error_rate if self.slo else cfg.max_error_rate)
         p.phase = phase
         p.label = f"rate={rate:.4g}/s" if rate is not None else f"concurrency={concurrency}"
+        if duration != cfg.duration:
+            p.label += f" ({duration:g} s)"
         if self.slo and p.slo_pass is None:
             p.slo_pass, p.slo_detail = self.slo.check(p)
         self.points.append(p)
@@ -112,7 +121,9 @@ def _one_line(p: Point) -> str:
         s += f", TTFT p50 {fmt(p.ttft_ms.p50)} ms, ITL p50 {fmt(p.itl_ms and p.itl_ms.p50)} ms"
     if p.errors.total:
         s += f", errors {p.errors.total} {p.errors.by_kind}"
-    if not p.valid:
+    if p.error_laden:
+        s += f"  ERROR-LADEN (not valid): {p.invalid_reason}"
+    elif not p.valid:
         s += f"  INVALID: {p.invalid_reason}"
     elif p.warning:
         s += f"  (caveat: {p.warning})"
@@ -146,14 +157,36 @@ def find_knee(points: list[Point], api: str) -> Knee | None:
     return k
 
 
+def _confirm(cfg: BenchConfig, run: _Runner, slo: SLO, result: BenchResult, log: Log) -> None:
+    """--slo-confirm: re-measure the search's answer with long points (the queue settles; a 5 s point ends
+    before it has) and back off until one meets the SLO (slo.confirm)."""
+    assert result.slo is not None and result.slo.max_load is not None
+    rate = cfg.slo_over == "rate"
+    start = result.slo.max_load * cfg.slo_confirm_fraction
+    # a longer warm-up too: the window should see the queue the load settles into, not the start of it
+    warm = max(cfg.warmup, cfg.slo_confirm / 6)
+    log(f"confirm: {cfg.slo_over} {start:.4g} with {cfg.slo_confirm:g} s points (+{warm:g} s warm-up), "
+        f"backing off {1 - cfg.slo_confirm_backoff:.0%} a step until one meets {slo.text}")
+
+    def long_point(x: float) -> Point:
+        load = {"rate": x} if rate else {"concurrency": int(x)}
+        return run.point(**load, phase="confirm", duration=cfg.slo_confirm, warmup=warm)
+
+    c = confirm(long_point, slo, start=start, duration=cfg.slo_confirm, over=cfg.slo_over,
+                backoff=cfg.slo_confirm_backoff, log=log)
+    result.slo.confirm, result.slo.sustainable_load = c, c.load
+    if not c.met:
+        result.warnings.append(f"SLO confirm: no {cfg.slo_over} from {start:.4g} down to "
+                               f"{c.steps[-1].load:.4g} met {slo.text} over {cfg.slo_confirm:g} s; the short "
+                               f"points' answer {result.slo.max_load:.4g} does not hold")
+
+
 def bench(cfg: BenchConfig, log: Log | None = None) -> BenchResult:
     log = log or (lambda s: None)
     started = dt.datetime.now().isoformat(timespec="seconds")
     wall0 = time.monotonic()
-    model = cfg.model or _default_model(cfg)
-    req = build(cfg.api, model, cfg.streaming, cfg.workload, cfg.synthetic, cfg.seed, cfg.inputs_per_request)
     slo = parse_slo(cfg.slo, cfg.max_error_rate, cfg.streaming, cfg.slo_keepup) if cfg.slo else None
-    warnings = preflight(cfg, req, log)
+    model, req, ready, warnings = wait_for_server(cfg, log)
     from infertune.fingerprint import fingerprint
 
     env = fingerprint()
@@ -164,7 +197,7 @@ def bench(cfg: BenchConfig, log: Log | None = None) -> BenchResult:
     bench_t0 = time.monotonic()
     result = BenchResult(config=cfg.model_dump(mode="json"), environment=env, started=started, warnings=warnings,
                          target={"url": cfg.url, "api": cfg.api, "endpoint": cfg.endpoint, "model": model,
-                                 "streaming": cfg.streaming, "workload": req.summary()})
+                                 "streaming": cfg.streaming, "workload": req.summary(), "ready": ready})
     with WorkerPool(top, req.bodies, req.input_tokens) as pool:
         result.notes.append(f"{len(pool)} worker process(es), event loop {pool.loop}")
         tel = Telemetry(metrics_url, cfg.scrape_interval, bench_t0).start()
@@ -183,13 +216,16 @@ def bench(cfg: BenchConfig, log: Log | None = None) -> BenchResult:
                                     repeats=cfg.slo_repeats, recheck=cfg.slo_recheck, step=cfg.slo_step, log=log)
                 if result.slo.noise_note:
                     result.warnings.append(f"SLO search: {result.slo.noise_note}")
+                if cfg.slo_confirm and result.slo.met:
+                    _confirm(cfg, run, slo, result, log)
             elif cfg.sweep:
                 p1 = run.point(concurrency=1, phase="sweep")
                 pmax = run.point(concurrency=cfg.sweep_max_concurrency, phase="sweep")
                 for r in profiles.sweep_rates(max(p1.achieved_rps, 0.1), max(pmax.achieved_rps, 0.1), cfg.sweep_points):
                     p = run.point(rate=r, phase="sweep")
-                    if not p.valid or p.errors.rate > 0.5:
-                        log(f"sweep stopped at rate {r:.3g}/s: {'client saturated' if not p.valid else 'errors > 50%'}")
+                    if p.errors.rate > 0.5 or (not p.valid and not p.error_laden):
+                        why = "errors > 50%" if p.errors.rate > 0.5 else "client saturated"
+                        log(f"sweep stopped at rate {r:.3g}/s: {why}")
                         break
             else:
                 for kind, x in loads or [("concurrency", 1)]:
@@ -200,7 +236,8 @@ def bench(cfg: BenchConfig, log: Log | None = None) -> BenchResult:
     result.knee = find_knee(result.points, cfg.api)
     for p in result.points:
         if not p.valid:
-            result.warnings.append(f"{p.label}: INVALID - {p.invalid_reason}")
+            what = "ERROR-LADEN" if p.error_laden else "INVALID"
+            result.warnings.append(f"{p.label}: {what} - {p.invalid_reason}")
         elif p.ok == 0:  # its figures are n/a; the caveat says why (stats.nothing_completed)
             result.warnings.append(f"{p.label}: {p.warning}")
     result.wall_s = round(time.monotonic() - wall0, 2)

@@ -1,5 +1,5 @@
 """From raw request records to one load point: percentiles with n, throughput, errors by kind, goodput,
-and the client self-check that decides whether the point can be trusted."""
+the client self-check and the error budget, which together decide whether the point can be trusted."""
 
 from __future__ import annotations
 
@@ -25,8 +25,10 @@ def percentiles(values_ms) -> Percentiles:
 
 def build_point(results: list[dict[str, Any]], *, offered: Offered, t0: float, warmup: float, duration: float,
                 streaming: bool, bench_t0: float, cfg, bounds: dict[str, float] | None = None,
-                mode: str = "rate", save_requests: bool = False) -> Point:
-    """`bounds`: per-request goodput limits in ms, e.g. {"e2e": 200, "ttft": 500}."""
+                mode: str = "rate", save_requests: bool = False, error_budget: float | None = None) -> Point:
+    """`bounds`: per-request goodput limits in ms, e.g. {"e2e": 200, "ttft": 500}. `error_budget`: a point
+    with a larger share of failed requests is error-laden and not valid (None: no such rule, for callers
+    such as validate's fault drills that expect errors and judge them by their own rules)."""
     w0, w1 = t0 + warmup, t0 + warmup + duration
     recs = [r for res in results for r in res["records"]]
     meas = [r for r in recs if w0 <= r[0] < w1]
@@ -79,6 +81,8 @@ def build_point(results: list[dict[str, Any]], *, offered: Offered, t0: float, w
                 good &= np.nan_to_num(per[metric], nan=math.inf) <= limit
         point.goodput_rps = round(float(good.sum()) / duration, 3)
     _self_check(point, cfg, mode)
+    if error_budget is not None:
+        _error_check(point, error_budget, errs)
     if not ok:
         note = nothing_completed(recs, w0, warmup, duration, offered, n, by_kind)
         point.warning = f"{note}; {point.warning}" if point.warning else note
@@ -111,6 +115,30 @@ def nothing_completed(recs: list[tuple], w0: float, warmup: float, duration: flo
     else:
         why = f"no request was scheduled in {window}" + (f" at {offered.rate:g} req/s" if offered.rate else "")
     return f"{why}{na}. Make --duration several times the time of one request at this load"
+
+
+def _error_check(point: Point, budget: float, errs: list[tuple]) -> None:
+    """More than `budget` of the requests failed: the ok req/s and latencies describe the few that succeeded
+    (an answer of 503 takes microseconds, so a loading server "serves" thousands of req/s of errors), not the
+    server at this load. Such a point is marked and is not valid; nothing quotes it as throughput."""
+    e = point.errors
+    if e.rate <= budget:
+        return
+    kinds = ", ".join(f"{c:,} x {k}" for k, c in sorted(e.by_kind.items(), key=lambda kv: -kv[1]))
+    why = f"{e.rate:.1%} of {point.n:,} requests failed ({kinds}; budget {budget:.0%})"
+    why += (f": its ok req/s and latencies describe the {point.ok:,} that succeeded, not the server's "
+            "throughput at this load" if point.ok else ": none succeeded")
+    n503 = sum(1 for r in errs if str(r[5]).startswith("HTTP 503"))
+    if n503:
+        why += (f". {n503:,} answered HTTP 503: the server was not ready (still loading, restarting or "
+                "overloaded); wait for it (--wait-ready) or lower the load")
+    n4xx = e.by_kind.get("http_4xx", 0)
+    if n4xx:  # refused by design (e.g. input over the model's limit): the workload does not fit the server
+        why += (f". {n4xx:,} were refused with 4xx (the first message is with the errors): fit the workload "
+                "to the server (an embeddings server may need --truncate) or allow them (--max-error-rate)")
+    point.error_laden = True
+    point.valid = False
+    point.invalid_reason = why + (f"; also {point.invalid_reason}" if point.invalid_reason else "")
 
 
 def _self_check(point: Point, cfg, mode: str) -> None:

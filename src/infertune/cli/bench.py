@@ -42,6 +42,7 @@ def bench_cmd(
     slo_recheck: Annotated[bool, typer.Option("--slo-recheck/--no-slo-recheck", help="search: measure a marginal failure (kept up with 88%+ of sends, latency within 2x the limit) once more before believing it")] = True,
     slo_start: Annotated[float | None, typer.Option(help="search: the first load to measure (default: the one-at-a-time rate, measured first)")] = None,
     slo_step: Annotated[float, typer.Option(help="search: bracketing factor; a small one (1.1) saves points when --slo-start is near the answer (below 2 it grows toward 2 while the boundary is not bracketed)")] = 2.0,
+    slo_confirm: Annotated[float, Duration("search: re-measure its answer with points this long (a queue settles; short points end before it does) and back off 10% a step until one meets the SLO: the sustainable load, printed beside the short points' answer; 0 = off")] = 0.0,
     duration: Annotated[float, Duration("measured time per point")] = 10.0,
     warmup: Annotated[float, Duration("time per point sent but not counted")] = 2.0,
     max_requests: Annotated[int | None, typer.Option(help="cap on measured requests per point")] = None,
@@ -51,7 +52,9 @@ def bench_cmd(
         help="auto (lean httptools client for non-streamed requests, ~3x less client CPU; aiohttp for "
              "streams), lean, or aiohttp")] = "auto",
     timeout: Annotated[float, Duration("per-request timeout")] = 60.0,
+    wait_ready: Annotated[float | None, Duration("before the first point, wait up to this long while the server refuses connections or answers 503 (loading), with a progress line; default 120 s for 503, 5 s for refused connections; 0 = no wait")] = None,
     max_lag_ms: Annotated[float, typer.Option(help="p99 schedule lag that marks a point invalid (ms)")] = 10.0,
+    max_error_rate: Annotated[float, typer.Option(help="share of failed requests above which a point is error-laden: not valid, never quoted as throughput, fails any SLO")] = 0.01,
     metrics_url: Annotated[str | None, typer.Option(help="Prometheus URL to scrape (default URL/metrics; '' = off)")] = None,
     seed: Annotated[int, typer.Option(help="seed for arrivals and synthetic prompts")] = 0,
     out: Annotated[Path | None, typer.Option(help="write bench.json, bench.html, bench.csv here")] = None,
@@ -62,7 +65,9 @@ def bench_cmd(
 ) -> None:
     """Load-test an OpenAI-compatible server: latency percentiles from each request's scheduled send time,
     TTFT/ITL/TPOT for streams, errors by kind, the server's /metrics alongside, and a client self-check
-    that marks points where the load generator itself could not keep up."""
+    that marks points where the load generator itself could not keep up. Bench first waits for a server
+    that is still loading (--wait-ready); a point with more than 1% failed requests is error-laden: not
+    valid, and never quoted as throughput or as an SLO answer."""
     from infertune.extras import require
 
     require("bench")
@@ -89,8 +94,10 @@ def bench_cmd(
         url=url, api=api, model=model, workload=workload, synthetic=synthetic, inputs_per_request=inputs_per_request, stream=stream,
         concurrency=_nums(concurrency, int, "--concurrency"), rates=_nums(rate, float, "--rate"), arrivals=arrivals,
         sweep=sweep, slo=slo, slo_over=slo_over, slo_keepup=slo_keepup, slo_recheck=slo_recheck, slo_start=slo_start,
-        slo_step=slo_step, duration=duration, warmup=warmup, max_requests=max_requests,
+        slo_step=slo_step, slo_confirm=slo_confirm, wait_ready=wait_ready, duration=duration, warmup=warmup,
+        max_requests=max_requests,
         workers="auto" if workers == "auto" else int(workers), timeout=timeout, max_lag_ms=max_lag_ms,
+        max_error_rate=max_error_rate,
         metrics_url=metrics_url, seed=seed, out=out, save_requests=save_requests, http_client=http_client,
     )
     con = console(stderr=True)

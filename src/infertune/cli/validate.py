@@ -32,6 +32,12 @@ The peak: --peak, or the highest rate bench's SLO search confirmed (its answer p
 the answer did not repeat, the soak runs at the highest rate that passed every time it ran, and the
 console and validate.json (peak.basis) say so; when no rate repeated, validate refuses (exit 2).
 
+The soak's rate: --soak-fraction x the peak, confirmed first with a point long enough for the queue to
+settle (--soak-confirm, a quarter of the soak, 5-60 s), backing off 10% a step until one meets --slo. The
+soak runs at that sustainable rate, reported beside the short-point peak (peak.sustainable_rps); when the
+soak then misses the SLO, the verdict says whether the server degraded over time, with the confirm
+point's figures. No rate holds: validate refuses (exit 2). With --peak there is no confirm unless asked.
+
 \b
 Exit codes:
   0  every drill that ran passed, the soak's latency within --slo
@@ -62,7 +68,8 @@ def validate_cmd(
     peak: Annotated[float | None, typer.Option(help="peak req/s (default: found by bench's SLO search)")] = None,
     slo: Annotated[str, typer.Option(help="per-request SLO, end to end as a client sees it (queueing included): the peak search's target and the soak's bound (a soak over it exits 4)")] = "p99_e2e_ms<=200",
     soak: Annotated[float, Duration("soak duration (0 = no soak)")] = "60m",
-    soak_fraction: Annotated[float, typer.Option(help="soak rate as a fraction of the peak")] = 0.8,
+    soak_fraction: Annotated[float, typer.Option(help="soak rate as a fraction of the peak (the rate the confirm point starts at)")] = 0.8,
+    soak_confirm: Annotated[float | None, Duration("before the soak, confirm its rate with a point this long (the queue settles) and back off 10% a step until one meets --slo; the soak runs there. Default: soak/4 within 5-60 s when the peak is searched, none with --peak; 0 = off")] = None,
     faults: Annotated[str, typer.Option(help="kill-worker,stall,burst,oom-guard (or none)")] = "kill-worker,stall,burst,oom-guard",
     long_tail: Annotated[bool, typer.Option("--long-tail/--no-long-tail", help="run the long-tail drill")] = True,
     workload: Annotated[Path | None, typer.Option(help="JSONL requests (default: the built-in sample)")] = None,
@@ -92,7 +99,8 @@ def validate_cmd(
     from infertune.validate.runner import validate
 
     cfg = ValidateConfig(
-        target=target, peak=peak, slo=slo, soak_s=soak, soak_fraction=soak_fraction, long_tail=long_tail,
+        target=target, peak=peak, slo=slo, soak_s=soak, soak_fraction=soak_fraction,
+        soak_confirm_s=soak_confirm, long_tail=long_tail,
         faults=_faults(faults), workload=workload, out=out, max_queue=max_queue, serve_args=serve_arg or [],
         max_error_rate=max_error_rate, max_rss_slope_mb_h=max_rss_slope, max_p99_drift=max_p99_drift,
         recovery_budget_s=recovery_budget, burst_factor=burst_factor, burst_s=burst, stall_s=stall, step_s=step,

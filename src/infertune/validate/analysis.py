@@ -142,3 +142,53 @@ def confirmed_rates(points) -> dict[str, Any]:
     passed = [r for r, (ok, _) in by.items() if ok >= 1]
     return {"confirmed": max(confirmed, default=None), "passed_once": max(passed, default=None),
             "runs": {f"{r:.6g}": {"pass": ok, "fail": bad} for r, (ok, bad) in sorted(by.items())}}
+
+
+def thirds(p99s: list[float | None]) -> tuple[float, float, float] | None:
+    """Median window P99 of the first, middle and last third of a soak (None: fewer than 3 windows)."""
+    v = [x for x in p99s if x is not None]
+    if len(v) < 3:
+        return None
+    k = max(1, len(v) // 3)
+    return float(np.median(v[:k])), float(np.median(v[k:len(v) - k])), float(np.median(v[-k:]))
+
+
+def degradation(confirm: dict[str, Any] | None, window_p99s: list[float | None], slo: dict[str, Any],
+                drifted: bool, soak_p99: float | None) -> dict[str, Any] | None:
+    """A soak that missed its SLO (or drifted) at the rate its confirm point met, in words, from the median
+    window P99 of its thirds: the server *degrades over time* (the last third the worst and above the first),
+    was *slower from the start* (the first third already over the SLO: the host or the server changed since
+    the confirm point), or had a *slow spell* (the middle third the worst: on the shared 2-core box a spell
+    of the host's own slowness looks like this, P50 rising with P99). None: no confirm point;
+    {"degraded": False}: the soak held what the confirm point showed."""
+    if confirm is None:
+        return None
+    if slo.get("met") and not drifted:
+        return {"degraded": False, "confirm": confirm}
+    bound = next((t["limit"] for t in slo.get("terms", []) if t.get("term") == "p99_e2e_ms"), None)
+    th = thirds(window_p99s)
+    c = (f"the {confirm['duration_s']:g} s confirm point at {confirm['rate_rps']:.4g} req/s met the SLO (P50 "
+         f"{_ms(confirm['p50_ms'])} ms, P99 {_ms(confirm['p99_ms'])} ms)")
+    whole = f"{_ms(soak_p99)} ms over the whole soak"
+    if th is None:
+        kind, words = "unknown", f"{c}; the soak at the same rate did not ({whole})"
+        return {"degraded": True, "kind": kind, "verdict": words, "confirm": confirm}
+    first, mid, last = th
+    per = f"window P99 by third {first:.1f} / {mid:.1f} / {last:.1f} ms"
+    if bound is not None and first > bound:
+        kind = "slower from the start"
+        words = (f"{c}, but the soak at the same rate was over the SLO from its first third on ({per}; "
+                 f"{whole}): the host or the server changed between them")
+    elif last >= mid and last > first:
+        kind = "degrades over time"
+        words = f"the server degrades over time: {c}; at the same rate the soak's P99 rose ({per}; {whole})"
+    else:
+        kind = "slow spell"
+        words = (f"{c}; the soak at the same rate had a slow spell in its middle ({per}; {whole}): a busy "
+                 "host or a stall in the server, not a trend")
+    return {"degraded": True, "kind": kind, "verdict": words, "confirm": confirm, "thirds_p99_ms":
+            [round(first, 1), round(mid, 1), round(last, 1)]}
+
+
+def _ms(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1f}"

@@ -29,6 +29,10 @@ class ValidateConfig(BaseModel):
     slo: str = "p99_e2e_ms<=200"
     soak_s: Seconds = Field(3600.0, ge=0, description="soak duration (0 = no soak)")
     soak_fraction: float = Field(0.8, gt=0, le=2, description="soak rate as a fraction of the peak")
+    soak_confirm_s: Seconds | None = Field(None, ge=0, le=3600, description=(
+        "before the soak, confirm its rate with a point this long and back off 10% a step until one meets "
+        "the SLO; the soak runs at that rate. None: soak/4 within 5-60 s when the peak is searched, off with "
+        "--peak; 0 = off"))
     long_tail: bool = True
     faults: list[Fault] = Field(default_factory=lambda: list(FAULTS))
     workload: Path | None = None
@@ -67,6 +71,17 @@ class ValidateConfig(BaseModel):
     @property
     def is_url(self) -> bool:
         return self.target.startswith(("http://", "https://"))
+
+    @property
+    def confirm_s(self) -> float:
+        """Seconds of the soak's confirm points (0: no confirm). Long enough for a queue to settle: a quarter
+        of the soak, 5-60 s (a 2-min soak: 30 s). With --peak the user chose the rate: no confirm unless
+        asked."""
+        if self.soak_confirm_s is not None:
+            return self.soak_confirm_s
+        if self.peak is not None or self.soak_s <= 0:
+            return 0.0
+        return min(60.0, max(5.0, self.soak_s / 4))
 
 
 class Drill(BaseModel):

@@ -99,14 +99,15 @@ def run_streams(url: str, api: str, streams: list[Stream], warmup: float, durati
 
 
 def point(run: Run, url: str, api: str, timeout: float, label: str | None = None, start: float | None = None,
-          length: float | None = None, rate: float | None = None) -> Point:
-    """A bench Point over [start, start+length) seconds after run.t0 (default: the measured window)."""
+          length: float | None = None, rate: float | None = None, error_budget: float | None = None) -> Point:
+    """A bench Point over [start, start+length) seconds after run.t0 (default: the measured window).
+    `error_budget`: bench's error-laden rule (None: off; the drills judge errors by their own rules)."""
     start = run.warmup if start is None else start
     length = run.duration if length is None else length
     results = [res for lb in ([label] if label else list(run.results)) for res in run.results[lb]]
     return build_point(results, offered=Offered(rate=rate, arrivals="constant"), t0=run.t0 + start, warmup=0.0,
                        duration=length, streaming=False, bench_t0=run.t0, cfg=_bench_cfg(url, api, timeout),
-                       mode="rate")
+                       mode="rate", error_budget=error_budget)
 
 
 class BackgroundLoad:

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from infertune.bench.plots import slo_bound_ms
+from infertune.bench.report import fmt
 from infertune.page import card, document, folded, table
 from infertune.plots import figure_svg, log_axis
 from infertune.validate.config import Drill, ValidateResult
@@ -21,14 +22,19 @@ def print_summary(result: ValidateResult) -> None:
     con = Console(stderr=True)
     if not con.is_terminal:
         con = Console(stderr=True, width=200)
+    sus = result.peak.get("sustainable_rps")
+    also = f"; sustainable {sus} req/s, soaked there" if sus else ""
     t = Table(title=f"infertune validate: {result.target.get('url')} (peak {result.peak.get('rps')} req/s, "
-                    f"{result.peak.get('source')})")
+                    f"{result.peak.get('source')}{also})")
     for c in ("drill", "verdict", "evidence"):
         t.add_column(c)
     for d in result.drills:
         verdict = "skipped" if d.passed is None else "PASS" if d.passed else "FAIL"
         t.add_row(d.name, verdict, d.reason, style=None if d.passed is not False else "bold red")
     con.print(t)
+    sus = sustainable_line(result)
+    if sus:
+        con.print(sus, highlight=False)
     la = result.load_average
     con.print(f"load average (1/5/15 min) at start {la.get('start')}, at end {la.get('end')} on "
               f"{result.environment.cpu_cores_logical} CPU(s); wall {result.wall_s} s", highlight=False)
@@ -140,6 +146,22 @@ def slo_caveats(result: ValidateResult) -> list[str]:
     return out
 
 
+def sustainable_line(result: ValidateResult) -> str | None:
+    """The confirm stage beside the short-point peak: the rate a long point held, which the soak ran at."""
+    pk = result.peak
+    c = pk.get("confirm") or {}
+    if not pk.get("sustainable_rps") or not c.get("steps"):
+        return None
+    st = c["steps"][-1]
+    failed = [f"{x['load']:.4g} (P99 {fmt(x['p99_ms'])} ms)" for x in c["steps"][:-1]]
+    frac = result.config.get("soak_fraction")
+    return (f"Sustainable {pk['sustainable_rps']:.4g} req/s: a {c['duration_s']:g} s point met "
+            f"{pk.get('slo')} there (P50 {fmt(st['p50_ms'])} ms, P99 {fmt(st['p99_ms'])} ms); the soak ran "
+            "at it"
+            + (f" (failed first: {', '.join(failed)} req/s)" if failed else
+               f" (the confirm started at {c['start']:.4g} req/s, {frac} x the peak)"))
+
+
 def _peak_line(result: ValidateResult) -> str:
     pk, e = result.peak, html.escape
     rps = pk.get("rps")
@@ -162,6 +184,9 @@ def _next(result: ValidateResult, caveats: list[str]) -> str | None:
     if pk.get("source") == "slo-search" and pk.get("confirmed") is False and (pk.get("bracket") or [None])[0]:
         return f"infertune validate {target} --peak {pk['bracket'][0]:.4g} --slo '{slo}'"
     soak = next((d for d in result.drills if d.name == "soak" and d.passed is not None), None)
+    if caveats and soak and soak.evidence.get("confirm"):  # soak lower than the rate its confirm point held
+        rate = soak.evidence["rate_rps"]
+        return f"infertune validate {target} --peak {rate:.4g} --soak-fraction 0.75 --slo '{slo}'"
     if caveats and soak:
         frac = max(0.1, round(float(result.config.get("soak_fraction") or 0.8) * 0.75 * 20) / 20)
         return f"infertune validate {target} --peak {float(pk['rps']):.4g} --soak-fraction {frac:g} --slo '{slo}'"
@@ -191,6 +216,9 @@ def _card(result: ValidateResult) -> tuple[str, str, str]:
         at = f" at {soak.evidence.get('rate_rps')} req/s" if soak else ""
         answer = f"<b>PASSED</b>: all {len(ran)} drills passed{at}, within {e(str(result.peak.get('slo')))}"
     facts = [_peak_line(result)]
+    sus = sustainable_line(result)
+    if sus:
+        facts.append(f"<b>{html.escape(sus)}</b>")
     facts += [f"<span class=fail>Also: {e(c)}</span>" for c in caveats[1 if word == "SLO NOT MET" else 0:]
               if not c.startswith("the peak")]  # the peak line says that one
     soak = next((d for d in ran if d.name == "soak"), None)

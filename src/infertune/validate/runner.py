@@ -76,6 +76,26 @@ def find_peak(target: Target, api: str, model: str | None, req, cfg: ValidateCon
             "unconfirmed_rps": once if once != rps else None, "note": note}
 
 
+def confirm_soak(target: Target, api: str, req, peak: float, cfg: ValidateConfig, result: ValidateResult,
+                 log: Log) -> tuple[float | None, dict[str, Any] | None]:
+    """The soak's rate confirmed by a long point (validate.confirm) -> (rate, its figures); (None, None)
+    when off (--soak-confirm 0, or --peak without --soak-confirm). Recorded in result.peak beside the
+    short-point peak: `sustainable_rps` and `confirm`."""
+    if cfg.soak_s <= 0 or cfg.confirm_s <= 0:
+        return None, None
+    from infertune.validate.confirm import confirm_evidence, confirm_soak_rate
+
+    c = confirm_soak_rate(target, api, req, cfg.soak_fraction * peak, cfg, log)
+    ev = confirm_evidence(c)
+    assert c.load is not None and ev is not None
+    result.peak["sustainable_rps"] = round(c.load, 3)
+    result.peak["confirm"] = c.model_dump(mode="json")
+    short = f"{cfg.search_duration_s:g} s points" if result.peak.get("source") == "slo-search" else "--peak"
+    log(f"peak: {peak:.4g} req/s ({short}); sustainable {c.load:.4g} req/s: a {c.duration_s:g} s point met "
+        f"{cfg.slo} there (P50 {ev['p50_ms']:.1f} ms, P99 {ev['p99_ms']:.1f} ms); the soak runs at it")
+    return c.load, ev
+
+
 def _requests(cfg: ValidateConfig, api: str, model: str | None):
     from infertune.bench.workload import build
 
@@ -130,11 +150,16 @@ def final_verdict(result: ValidateResult) -> tuple[int, str]:
         return 0, f"PASSED: {len(ran)} drill(s) passed" + (f", {len(result.drills) - len(ran)} skipped"
                                                          if len(ran) < len(result.drills) else "")
     only_slo = all(d.name == "soak" and d.evidence.get("slo_only_failure") for d in failed)
+    soak_d = next((d for d in failed if d.name == "soak"), None)
+    deg = (soak_d.evidence.get("degradation") or {}) if soak_d else {}
+    # the soak missed what its confirm point met at the same rate: say so, with both sets of figures
+    also = f"; {deg['verdict']}" if deg.get("degraded") else ""
     if only_slo:
         d = failed[0]
-        return SLO_MISSED_EXIT, (f"SLO NOT MET: the soak held up but {'; '.join(d.evidence['slo']['missed'])} "
-                                 f"(SLO {d.evidence['slo']['slo']}) at {d.evidence.get('rate_rps')} req/s")
-    return 1, "FAILED: " + ", ".join(d.name for d in failed)
+        slo = d.evidence["slo"]
+        return SLO_MISSED_EXIT, (f"SLO NOT MET: the soak held up but {'; '.join(slo['missed'])} "
+                                 f"(SLO {slo['slo']}) at {d.evidence.get('rate_rps')} req/s{also}")
+    return 1, "FAILED: " + ", ".join(d.name for d in failed) + also
 
 
 SLO_MISSED_EXIT = 4
@@ -175,9 +200,11 @@ def validate(cfg: ValidateConfig, log: Log | None = None) -> ValidateResult:
             result.peak = find_peak(target, api, model, req, cfg, out, log)
         peak = float(result.peak["rps"])
         log(f"peak: {peak:.4g} req/s ({result.peak['source']})")
+        soak_rate, confirmed = confirm_soak(target, api, req, peak, cfg, result, log)
         plan: list[tuple[str, Callable[[], Drill]]] = []
         if cfg.soak_s > 0:
-            plan.append(("soak", lambda: soak(target, api, req, peak, cfg, log)))
+            plan.append(("soak", lambda: soak(target, api, req, peak, cfg, log, rate=soak_rate,
+                                              confirmed=confirmed)))
         if cfg.long_tail:
             plan.append(("long-tail", lambda: long_tail(target, api, req, peak, cfg, log)))
         fns = {"oom-guard": oom_guard, "burst": burst, "stall": stall, "kill-worker": kill_worker}

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from infertune.bench.workload import Requests
-from infertune.validate.analysis import leak_verdict, p99_drift, rss_slope, slo_terms_verdict
+from infertune.validate.analysis import degradation, leak_verdict, p99_drift, rss_slope, slo_terms_verdict
 from infertune.validate.config import Drill, ValidateConfig
 from infertune.validate.load import Stream, point, run_streams
 from infertune.validate.target import Target, scrape
@@ -92,11 +92,16 @@ def _clock(s: float) -> str:
 
 
 def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConfig,
-         log: Callable[[str], None]) -> Drill:
-    rate = cfg.soak_fraction * peak
+         log: Callable[[str], None], rate: float | None = None,
+         confirmed: dict[str, Any] | None = None) -> Drill:
+    """`rate`: the rate its confirm point met the SLO at (validate.confirm; default soak_fraction x peak);
+    `confirmed`: that point's figures, set beside the soak's when the soak does not hold them."""
+    rate = cfg.soak_fraction * peak if rate is None else rate
     duration = cfg.soak_s
     warmup = min(10.0, max(1.0, 0.05 * duration))
-    log(f"soak: {rate:.3g} req/s ({cfg.soak_fraction:.0%} of peak {peak:.3g}) for {duration:g} s "
+    why = (f"the rate a {confirmed['duration_s']:g} s point held, {rate / peak:.0%} of peak {peak:.3g}"
+           if confirmed else f"{cfg.soak_fraction:.0%} of peak {peak:.3g}")
+    log(f"soak: {rate:.3g} req/s ({why}) for {duration:g} s "
         f"(+{warmup:g} s warm-up), sampling RSS and /metrics every {cfg.sample_interval_s:g} s")
     total = warmup + duration
 
@@ -146,9 +151,12 @@ def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConf
     slo_only = bool(not slo["met"] and not fails)
     if not slo["met"]:
         fails.append(f"SLO not met: {'; '.join(slo['missed'])} (SLO {cfg.slo})")
+    drifted = drift["ratio"] is not None and drift["ratio"] > cfg.max_p99_drift
+    deg = degradation(confirmed, [p.latency_ms.p99 for p in pts], slo, drifted, whole.latency_ms.p99)
     lat = whole.latency_ms
     evidence: dict[str, Any] = {
-        "rate_rps": round(rate, 3), "peak_rps": round(peak, 3), "fraction": cfg.soak_fraction,
+        "rate_rps": round(rate, 3), "peak_rps": round(peak, 3), "fraction": round(rate / peak, 3),
+        "confirm": confirmed, "degradation": deg,
         "duration_s": duration, "warmup_s": warmup, "requests": whole.n, "ok": whole.ok,
         "achieved_rps": whole.achieved_rps, "errors": whole.errors.total, "error_rate": err_rate,
         "errors_by_kind": whole.errors.by_kind, "max_error_rate": cfg.max_error_rate,
@@ -175,6 +183,8 @@ def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConf
     for who in ("server", "worker"):  # which process grew
         v = [x for x, t in zip(series[f"{who}_rss_mb"], sampler.t, strict=True) if x is not None and t >= warmup]
         evidence[f"{who}_rss_mb_start_end"] = [v[0], v[-1]] if v else None
+    if fails and deg and deg["degraded"]:
+        fails.append(deg["verdict"])
     reason = "; ".join(fails) if fails else (
         f"{whole.n} requests at {rate:.3g} req/s for {duration:g} s, {whole.errors.total} errors, P99 {lat.p99} ms, "
         f"P99 drift {drift['ratio']}x, {leak_why}")

@@ -101,11 +101,11 @@ def test_format_duration_round_trips():
 
 # every option that takes a time, by command; keeping the names is the contract (extend, never rename)
 TIME_FLAGS = {
-    "bench": ["--duration", "--warmup", "--timeout"],
+    "bench": ["--duration", "--warmup", "--timeout", "--slo-confirm", "--wait-ready"],
     "tune": ["--time-budget", "--lm-time-budget"],
     "serve": ["--request-timeout-s", "--graceful-timeout-s", "--drain-s", "--worker-timeout-s"],
     "validate": ["--soak", "--burst", "--stall", "--step", "--search-duration", "--sample-interval", "--timeout",
-                 "--recovery-budget"],
+                 "--recovery-budget", "--soak-confirm"],
 }
 
 

@@ -1,0 +1,27 @@
+"""validate's confirm stage end to end (issue 25) on a real `infertune serve` of a fake-backend artifact: the
+soak's rate is confirmed with a long point first, and the soak runs at the rate that point held. ~25 s."""
+
+from __future__ import annotations
+
+import json
+
+from validate_helpers import run_cli
+
+
+def test_the_soak_runs_at_the_rate_its_confirm_point_held(fake_artifact, tmp_path):
+    out = tmp_path / "v"
+    # the fake backend answers a request in ~1-3 ms: 0.8 x 40 = 32 req/s holds a P99 of 1 s on any box
+    r = run_cli("validate", str(fake_artifact()), "--peak", "40", "--soak-confirm", "3s", "--soak", "4s",
+                "--slo", "p99_e2e_ms<=1000", "--no-long-tail", "--faults", "none", "--sample-interval", "0.5",
+                "--out", str(out), timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "confirm: the soak's rate 32 req/s with 3 s points" in r.stderr
+    assert "sustainable 32 req/s" in r.stderr
+    data = json.loads((out / "validate.json").read_text())
+    assert data["peak"]["rps"] == 40 and data["peak"]["sustainable_rps"] == 32
+    steps = data["peak"]["confirm"]["steps"]
+    assert len(steps) == 1 and steps[0]["passed"] and steps[0]["window_s"] == 3
+    soak = next(d for d in data["drills"] if d["name"] == "soak")["evidence"]
+    assert soak["rate_rps"] == 32 and soak["confirm"]["rate_rps"] == 32 and soak["confirm"]["duration_s"] == 3
+    assert soak["degradation"] == {"degraded": False, "confirm": soak["confirm"]}
+    assert "Sustainable 32 req/s" in (out / "validate.html").read_text()
