@@ -77,7 +77,7 @@ screenshots: $(STAMP) browser
 	INFERTUNE_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest -q tests/integration/test_reports_in_browser.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests benchmarks
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .cache runs .pytest_cache

@@ -2,9 +2,13 @@
 n searches one after the other, each set up as the suite's SLO test used to be (issue 4; issue 25 moved the
 agreement here): the SLO where latency is bound by capacity (P99 <= 50x the one-at-a-time latency, 1-5 s),
 ~150 requests per point, a start one 10% step below the closed-loop capacity measured just before, 5%
-tolerance, 2 repeats, marginal failures re-checked. Each answer is divided by the rate the server sustained
-while overloaded in the same search (this box's raw speed drifts 20-35% within minutes; what must repeat is
-where the search lands against the server it measured). Goal: max/min of those fractions <= 1.15.
+tolerance, 2 repeats, marginal failures re-checked. Goal: max/min of the answers <= 1.15, every search met.
+
+The old test divided each answer by the rate the server sustained while overloaded in the same search (the
+box's raw speed drifts 20-35% within minutes). That fraction is printed too, without a goal: its denominator
+is the median of a few overloaded points of one search, and on a quiet box (session 14) three searches
+answered 42.9, 43.0 and 42.9 req/s while the fractions spread 1.018-1.229. Here the searches run back to
+back in one process, side by side in time, which is what makes the raw answers comparable.
 
 The suite (tests/integration/bench/test_bench_engines.py) runs one coarse search and checks what its answer
 is (a measured load that passed every repeat, bracketed by one that failed); this measures how well it
@@ -81,17 +85,20 @@ def run(rep: Report, repeats: int) -> None:
     finally:
         srv.stop()
     rep.add(Figure(NAME, f"answer, SLO p99_e2e_ms<={bound_ms:.0f}", "req/s", raw))
-    rep.add(Figure(NAME, "answer / rate sustained in the same search", "", frac, digits=3))
-    agree = max(frac) / min(frac) if len(frac) >= 2 else None
+    agree = max(raw) / min(raw) if len(raw) >= 2 else None
     rep.add(
         Figure(
             NAME,
-            "max/min of those fractions",
+            "max/min of the answers",
             "",
             [agree] if agree else [],
-            "<= 1.15",
-            agree is not None and agree <= 1.15 and len(frac) == repeats,
+            "<= 1.15, every search met",
+            agree is not None and agree <= 1.15 and len(raw) == repeats,
             digits=3,
         )
     )
+    rep.add(Figure(NAME, "answer / rate sustained in the same search", "", frac, digits=3))
+    if len(frac) >= 2:
+        rep.add(Figure(NAME, "max/min of those fractions", "", [max(frac) / min(frac)], digits=3,
+                       note="the old test's statistic; its denominator comes from 2-7 overloaded points"))
     rep.add(Figure(NAME, "time per search", "s", wall, note=f"points per search {points}", digits=0))
