@@ -30,6 +30,14 @@ class Sampler:
         self.rss: list[float | None] = []
         self.metrics: dict[str, list[float | None]] = {k: [] for k in WATCH}
         self.gpu_mb: list[float | None] = []  # device memory used on all local GPUs (NVML), when there are any
+        # cores other processes on this host used (validate.host); only when validate owns the server, since
+        # a server at a URL may run here, and its CPU would count as a neighbour's
+        self.others_cpu: list[float | None] = []
+        self._host = None
+        if getattr(target, "owned", False):
+            from infertune.validate.host import OtherCPU
+
+            self._host = OtherCPU()
         self._nvml: list = []
         try:
             import pynvml  # type: ignore
@@ -58,6 +66,7 @@ class Sampler:
             self.rss.append(round(rss, 2) if rss is not None else None)
             for k in WATCH:
                 self.metrics[k].append(m.get(k))
+            self.others_cpu.append(self._host.sample() if self._host is not None else None)
             if self._nvml:
                 try:
                     self.gpu_mb.append(sum(self._nv.nvmlDeviceGetMemoryInfo(h).used for h in self._nvml) / 2**20)
@@ -152,11 +161,15 @@ def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConf
     if not slo["met"]:
         fails.append(f"SLO not met: {'; '.join(slo['missed'])} (SLO {cfg.slo})")
     drifted = drift["ratio"] is not None and drift["ratio"] > cfg.max_p99_drift
-    deg = degradation(confirmed, [p.latency_ms.p99 for p in pts], slo, drifted, whole.latency_ms.p99)
+    from infertune.validate.host import by_third
+
+    others = (by_third(sampler.t, sampler.others_cpu, warmup, warmup + duration)
+              if any(x is not None for x in sampler.others_cpu) else None)
+    deg = degradation(confirmed, [p.latency_ms.p99 for p in pts], slo, drifted, whole.latency_ms.p99, others)
     lat = whole.latency_ms
     evidence: dict[str, Any] = {
         "rate_rps": round(rate, 3), "peak_rps": round(peak, 3), "fraction": round(rate / peak, 3),
-        "confirm": confirmed, "degradation": deg,
+        "confirm": confirmed, "degradation": deg, "host_other_cpu_cores_by_third": others,
         "duration_s": duration, "warmup_s": warmup, "requests": whole.n, "ok": whole.ok,
         "achieved_rps": whole.achieved_rps, "errors": whole.errors.total, "error_rate": err_rate,
         "errors_by_kind": whole.errors.by_kind, "max_error_rate": cfg.max_error_rate,
@@ -175,7 +188,7 @@ def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConf
               "window_p50_ms": [p.latency_ms.p50 for p in pts], "window_p99_ms": [p.latency_ms.p99 for p in pts],
               "window_errors": [p.errors.total for p in pts], "window_rps": [p.achieved_rps for p in pts],
               "t_s": sampler.t, "rss_mb": sampler.rss, "gpu_mb": sampler.gpu_mb,
-              "queue_depth": sampler.metrics["infertune_queue_depth"],
+              "queue_depth": sampler.metrics["infertune_queue_depth"], "others_cpu_cores": sampler.others_cpu,
               "server_rss_mb": [round(x / 2**20, 1) if x is not None else None
                                 for x in sampler.metrics["process_resident_memory_bytes"]],
               "worker_rss_mb": [round(x / 2**20, 1) if x is not None else None

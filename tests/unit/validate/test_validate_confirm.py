@@ -146,3 +146,25 @@ def test_report_shows_the_sustainable_rate_beside_the_peak(tmp_path):
     write_outputs(res, tmp_path)
     page = (tmp_path / "validate.html").read_text()
     assert "Peak 44.45 req/s" in page and "Sustainable 32 req/s" in page
+
+
+def test_a_busy_host_is_named_whatever_the_shape_of_the_slowdown():
+    rising = [140, 150, 190, 230, 270, 290]
+    deg = degradation(CONFIRM, rising, SLO_MISSED, False, 260.0, others_cpu=[0.05, 1.2, 1.4])
+    assert deg["kind"] == "host busy"
+    assert "other processes on this host: 0.1 / 1.2 / 1.4 cores" in deg["verdict"]
+    assert "not necessarily the server's" in deg["verdict"]
+    quiet = degradation(CONFIRM, rising, SLO_MISSED, False, 260.0, others_cpu=[0.05, 0.1, 0.2])
+    assert quiet["kind"] == "degrades over time" and "0.1 / 0.1 / 0.2 cores" in quiet["verdict"]
+
+
+def test_other_cpu_and_its_thirds():
+    from infertune.validate.host import OtherCPU, by_third
+
+    o = OtherCPU()
+    assert o.sample() is None
+    x = o.sample()
+    assert x is None or x >= 0  # None only when the clock did not move
+    t = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert by_third(t, [0.0] * 3 + [1.0] * 3 + [None, 2.0, 2.0, 2.0], 0, 9) == [0.0, 1.0, 2.0]
+    assert by_third(t, [None] * 10, 0, 9) == [None, None, None]
