@@ -39,9 +39,13 @@ def _setup(threads: int | None, device: str = "cpu") -> None:
         pass
     import torch
 
-    route_library_logs()  # torch's import put its own stderr handler back
     if threads:
         torch.set_num_threads(threads)
+
+
+def _subset(texts: list[str], args: dict[str, Any]) -> list[str]:
+    """The texts a command names by position (`subset`), or all of them."""
+    return texts if args.get("subset") is None else [texts[i] for i in args["subset"]]
 
 
 def _serve(conn, job: dict[str, Any]) -> None:
@@ -70,14 +74,13 @@ def _serve(conn, job: dict[str, Any]) -> None:
             return
         try:
             if cmd == "embed":
-                sub = texts if args.get("subset") is None else [texts[i] for i in args["subset"]]
-                out = emb.embed(sub, Batching.model_validate(args["batching"]), pooled=True)
+                out = emb.embed(_subset(texts, args), Batching.model_validate(args["batching"]), pooled=True)
                 conn.send(("ok", out))
             elif cmd == "measure":
                 batching = Batching.model_validate(args["batching"])
                 if hasattr(emb, "max_tokens") and batching.kind == "tokens":
                     emb.max_tokens = batching.size  # CUDA graphs up to the budget measured, as serve sizes them
-                sub = [texts[i] for i in args["subset"]] if args.get("subset") is not None else texts
+                sub = _subset(texts, args)
                 cap, seed = args.get("max_s"), args.get("shuffle")
                 limit = None
                 for _ in range(args.get("warmup", 0)):

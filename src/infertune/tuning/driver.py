@@ -304,7 +304,8 @@ def _finish_log(run: search.Run, result: TuneResult) -> None:
     by_stage: dict[str, float] = {}
     for per in run.costs.values():
         for st, v in per.items():
-            by_stage[st] = round(by_stage.get(st, 0.0) + v, 2)
-    result.search["cost_s"] = by_stage  # seconds of worker time per stage, all candidates together
+            by_stage[st] = by_stage.get(st, 0.0) + v
+    # seconds of worker time per stage, all candidates together
+    result.search["cost_s"] = {st: round(v, 2) for st, v in by_stage.items()}
     result.search.update({"stages": run.log["stages"], "candidates": cands, "not_tried": run.log["not_tried"],
                           "refine": run.log["refine"], "dropped": run.log["dropped"]})

@@ -106,11 +106,13 @@ class Run:
 
     def fold(self, into, other_id: str) -> None:
         """A variant measured for `into` (a batching-search point not kept): its time is `into`'s."""
-        for st, v in self.costs.pop(other_id, {}).items():
-            self.charge(into, 0.0, st)
-            self.costs[into.id][st] += v
-        self.spent[into.id] = self.spent.get(into.id, 0.0) + self.spent.pop(other_id, 0.0)
-        self.results[into.id] = self.results[into.id].model_copy(update={"time_s": round(self.spent[into.id], 2)})
+        for st, v in self.costs.pop(other_id, {}).items():  # every second of `spent` went through charge()
+            self.charge(into, v, st)
+        self.spent.pop(other_id, None)
+
+    def probe_cap(self) -> float:
+        """Seconds of a default probe's timed pass on this device (an option's probe_s replaces it)."""
+        return 3.0 if self.cfg.device == "cpu" else 6.0
 
     def reserve_s(self) -> float:
         """Seconds of the probe share kept for the steps that must still run (the naive baseline, the
@@ -120,7 +122,7 @@ class Run:
             return 0.0
         ref = next((k for k, o in self.options.items() if o.role == "reference"), None)
         first = sum(self.costs.get(ref, {}).get(k, 0.0) for k in ("prepare", "verify")) if ref else 0.0
-        cap = 3.0 if self.cfg.device == "cpu" else 6.0
+        cap = self.probe_cap()
         need = sum((first if step == "baseline" else 0.0) + 2 * cap for step in self.owed.values())
         return min(need, RESERVE_SHARE * self.budget.total_s)
 
@@ -181,7 +183,7 @@ class Run:
 
     def probe(self, o: Option) -> Probe | None:
         c = o.candidate
-        cap = o.probe_s or (3.0 if self.cfg.device == "cpu" else 6.0)
+        cap = o.probe_s or self.probe_cap()
         # a probe may not outlive the probe stage's share of the budget by much: one batch of a big model on a
         # small CPU (Qwen3-0.6B, 2 cores) outlasted the old fixed 120 s and the run overran its budget by 13%
         self.task.call_limit_s = max(PROBE_CALL_FLOOR_S, self.budget.stage_left("probe") + 15.0)
@@ -280,7 +282,7 @@ def _no_time(run: Run, o: Option) -> str | None:
     need = max(PROBE_MIN_S, (o.probe_s or 0.0) / 2)
     first = f" (its first run needs ~{o.probe_s:.0f} s)" if o.probe_s and need > PROBE_MIN_S else ""
     if o.role == "reference" and run.cfg.device != "cpu":
-        need = max(need, 3 * 6.0)
+        need = max(need, 3 * run.probe_cap())
         first = f" (its capped warm-up and probe need ~{need:.0f} s)"
     reserve = run.reserve_s() if o.candidate.id not in run.owed else 0.0
     if run.budget.stage_left("probe") - reserve >= need:
