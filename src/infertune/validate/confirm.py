@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from infertune.bench.config import BenchConfig
 from infertune.bench.results import ConfirmResult, Point
 from infertune.bench.workload import Requests
 from infertune.errors import InfertuneError
@@ -18,10 +19,10 @@ from infertune.validate.config import ValidateConfig
 from infertune.validate.load import Stream, point, run_streams
 from infertune.validate.target import Target
 
-# judged as the SLO search judges its points (bench's defaults): errors within 1%, completions in the window
-# at least 95% of the sends (a queue that grows is not a load the server holds)
-ERROR_BUDGET = 0.01
-KEEPUP = 0.95
+# judged as the SLO search judges its points, with bench's own defaults: errors within 1%, completions in the
+# window at least 95% of the sends (a queue that grows is not a load the server holds)
+ERROR_BUDGET = BenchConfig.model_fields["max_error_rate"].default
+KEEPUP = BenchConfig.model_fields["slo_keepup"].default
 
 
 def confirm_soak_rate(target: Target, api: str, req: Requests, start: float, cfg: ValidateConfig,
