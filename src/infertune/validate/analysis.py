@@ -155,13 +155,14 @@ def thirds(p99s: list[float | None]) -> tuple[float, float, float] | None:
 
 def degradation(confirm: dict[str, Any] | None, window_p99s: list[float | None], slo: dict[str, Any],
                 drifted: bool, soak_p99: float | None,
-                others_cpu: list[float | None] | None = None) -> dict[str, Any] | None:
+                others_cpu: list[float | None] | None = None, spell: dict | None = None) -> dict[str, Any] | None:
     """A soak that missed its SLO (or drifted) at the rate its confirm point met, in words, from the median
     window P99 of its thirds: the server *degrades over time* (the last third the worst and above the first),
     was *slower from the start* (the first third already over the SLO: the host or the server changed since
     the confirm point), or had a *slow spell* (the middle third the worst: on the shared 2-core box a spell
     of the host's own slowness looks like this, P50 rising with P99). `others_cpu`: cores other processes
-    on the host used per third (validate.host); at HOST_BUSY_CORES or more in a third the kind is *host
+    on the host used per third (validate.host); at HOST_BUSY_CORES or more in a third, or in a `spell`
+    (validate.host.busy_spell: seconds of it overlapping the windows over the SLO), the kind is *host
     busy*, whatever the shape: the server shares the box with them. None: no confirm point;
     {"degraded": False}: the soak held what the confirm point showed."""
     from infertune.validate.host import HOST_BUSY_CORES
@@ -183,10 +184,13 @@ def degradation(confirm: dict[str, Any] | None, window_p99s: list[float | None],
     busy = [x for x in (others_cpu or []) if x is not None]
     if busy:
         per += "; other processes on this host: " + " / ".join(_ms(x) for x in others_cpu or []) + " cores"
-    if busy and max(busy) >= HOST_BUSY_CORES:
+    if spell is not None or (busy and max(busy) >= HOST_BUSY_CORES):
         kind = "host busy"
-        words = (f"{c}; the soak at the same rate did not ({per}; {whole}) while other processes took CPU on "
-                 "this host: its load, not necessarily the server's; repeat on a quiet host")
+        when = (f"other processes took {spell['mean_cores']:.1f} cores from {spell['from_s']:g} s to "
+                f"{spell['to_s']:g} s, where its windows broke the SLO" if spell else
+                "other processes took CPU on this host")
+        words = (f"{c}; the soak at the same rate did not ({per}; {whole}) while {when}: the host's load, not "
+                 "necessarily the server's; repeat on a quiet host")
     elif bound is not None and first > bound:
         kind = "slower from the start"
         words = (f"{c}, but the soak at the same rate was over the SLO from its first third on ({per}; "

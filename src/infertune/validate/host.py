@@ -58,3 +58,32 @@ def by_third(t_s: list[float], values: list[float | None], start: float, end: fl
         v = [x for t, x in zip(t_s, values, strict=True) if x is not None and lo <= t < hi]
         out.append(round(sum(v) / len(v), 2) if v else None)
     return out
+
+
+def busy_spell(t_s: list[float], cores: list[float | None], window_t: list[float], window_p99: list[float | None],
+               window_s: float, bound: float | None) -> dict | None:
+    """The longest run of samples in which other processes used HOST_BUSY_CORES or more, when it overlaps a
+    window whose P99 broke `bound`: {from_s, to_s, mean_cores}. A third's mean dilutes a 12 s spell of one
+    busy core into 0.4; the windows it slowed are the evidence, so the spell is matched against them."""
+    if bound is None:
+        return None
+    runs, cur = [], []
+    for t, x in zip(t_s, cores, strict=True):
+        if x is not None and x >= HOST_BUSY_CORES:
+            cur.append((t, x))
+        elif cur:
+            runs.append(cur)
+            cur = []
+    if cur:
+        runs.append(cur)
+    slow = [(w - window_s / 2, w + window_s / 2) for w, p in zip(window_t, window_p99, strict=True)
+            if p is not None and p > bound]
+    best = None
+    for r in runs:
+        lo, hi = r[0][0], r[-1][0] + 1.0
+        if hi - lo < 3.0 or not any(a < hi and lo < b for a, b in slow):
+            continue
+        if best is None or hi - lo > best["to_s"] - best["from_s"]:
+            best = {"from_s": round(lo, 1), "to_s": round(hi, 1),
+                    "mean_cores": round(sum(x for _, x in r) / len(r), 2)}
+    return best

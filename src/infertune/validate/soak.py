@@ -161,15 +161,21 @@ def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConf
     if not slo["met"]:
         fails.append(f"SLO not met: {'; '.join(slo['missed'])} (SLO {cfg.slo})")
     drifted = drift["ratio"] is not None and drift["ratio"] > cfg.max_p99_drift
-    from infertune.validate.host import by_third
+    from infertune.validate.host import busy_spell, by_third
 
-    others = (by_third(sampler.t, sampler.others_cpu, warmup, warmup + duration)
-              if any(x is not None for x in sampler.others_cpu) else None)
-    deg = degradation(confirmed, [p.latency_ms.p99 for p in pts], slo, drifted, whole.latency_ms.p99, others)
+    sampled = any(x is not None for x in sampler.others_cpu)
+    others = by_third(sampler.t, sampler.others_cpu, warmup, warmup + duration) if sampled else None
+    bound = next((t["limit"] for t in slo.get("terms", []) if t.get("term") == "p99_e2e_ms"), None)
+    window_t = [warmup + (i + 0.5) * win for i in range(n_win)]
+    spell = (busy_spell(sampler.t, sampler.others_cpu, window_t, [p.latency_ms.p99 for p in pts], win, bound)
+             if sampled else None)
+    deg = degradation(confirmed, [p.latency_ms.p99 for p in pts], slo, drifted, whole.latency_ms.p99, others,
+                      spell)
     lat = whole.latency_ms
     evidence: dict[str, Any] = {
         "rate_rps": round(rate, 3), "peak_rps": round(peak, 3), "fraction": round(rate / peak, 3),
         "confirm": confirmed, "degradation": deg, "host_other_cpu_cores_by_third": others,
+        "host_busy_spell": spell,
         "duration_s": duration, "warmup_s": warmup, "requests": whole.n, "ok": whole.ok,
         "achieved_rps": whole.achieved_rps, "errors": whole.errors.total, "error_rate": err_rate,
         "errors_by_kind": whole.errors.by_kind, "max_error_rate": cfg.max_error_rate,
@@ -184,7 +190,7 @@ def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConf
         "client_lag_p99_ms": whole.client.lag_ms.p99,
         "slo": slo, "slo_only_failure": slo_only,
     }
-    series = {"window_t_s": [round(warmup + (i + 0.5) * win, 2) for i in range(n_win)],
+    series = {"window_t_s": [round(t, 2) for t in window_t],
               "window_p50_ms": [p.latency_ms.p50 for p in pts], "window_p99_ms": [p.latency_ms.p99 for p in pts],
               "window_errors": [p.errors.total for p in pts], "window_rps": [p.achieved_rps for p in pts],
               "t_s": sampler.t, "rss_mb": sampler.rss, "gpu_mb": sampler.gpu_mb,

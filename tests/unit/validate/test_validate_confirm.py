@@ -16,6 +16,7 @@ from infertune.validate import confirm as vconfirm
 from infertune.validate import runner
 from infertune.validate.analysis import degradation
 from infertune.validate.config import Drill, ValidateConfig, ValidateResult
+from infertune.validate.host import busy_spell
 
 
 def test_confirm_duration_is_a_quarter_of_the_soak_within_5_to_60_s():
@@ -168,3 +169,44 @@ def test_other_cpu_and_its_thirds():
     t = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
     assert by_third(t, [0.0] * 3 + [1.0] * 3 + [None, 2.0, 2.0, 2.0], 0, 9) == [0.0, 1.0, 2.0]
     assert by_third(t, [None] * 10, 0, 9) == [None, None, None]
+
+
+# a recorded 2-min soak on the 2-core box (2026-12-02): another process took ~1 core from 46 to 59 s, and
+# the windows there broke the SLO; the thirds' means (0.1 / 0.4 / 0.1 cores) hid it
+SPELL_T = [-0.5, 0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5, 10.5, 11.5, 12.5, 13.5, 14.5, 15.5, 16.5,
+           17.5, 18.5, 19.5, 20.5, 21.5, 22.5, 23.5, 24.5, 25.5, 26.5, 27.5, 28.5, 29.5, 30.5, 31.5, 32.5, 33.5,
+           34.5, 35.5, 36.5, 37.5, 38.5, 39.5, 40.5, 41.5, 42.5, 43.5, 44.5, 45.5, 46.5, 47.5, 48.5, 49.5, 50.5,
+           51.5, 52.5, 53.5, 54.5, 55.5, 56.5, 57.5, 58.5, 59.5, 60.5, 61.5, 62.5, 63.5, 64.5, 65.5, 66.5, 67.5,
+           68.5, 69.5, 70.5, 71.5, 72.5, 73.5, 74.5, 75.5, 76.5, 77.5, 78.5, 79.5, 80.5, 81.5, 82.5, 83.5, 84.5,
+           85.5, 86.5, 87.5, 88.5, 89.5, 90.5, 91.5, 92.5, 93.5, 94.5, 95.5, 96.5, 97.5, 98.5, 99.5, 100.5,
+           101.5, 102.5, 103.5, 104.5, 105.5, 106.5, 107.5, 108.5, 109.5, 110.5, 111.5, 112.5, 113.5, 114.5,
+           115.5, 116.5, 117.5, 118.5, 119.5, 120.5, 121.5, 122.5, 123.5, 124.5, 125.5]
+SPELL_CORES = [None, 0.03, 0.0, 0.02, 0.019, 0.051, 0.0, 0.021, 0.01, 0.02, 0.062, 0.245, 0.049, 0.0, 0.0, 0.033,
+               0.0, 0.05, 0.198, 0.04, 0.02, 0.0, 0.01, 0.021, 0.0, 0.02, 0.01, 0.362, 0.02, 0.0, 0.0, 0.01, 0.0,
+               0.03, 0.48, 0.854, 0.021, 0.03, 0.039, 0.242, 0.847, 0.049, 0.01, 0.0, 0.0, 0.02, 0.02, 0.847,
+               0.867, 0.87, 0.906, 0.92, 0.96, 0.91, 0.808, 1.008, 1.18, 0.99, 0.885, 0.805, 0.228, 0.152, 0.439,
+               0.011, 0.04, 0.124, 0.734, 0.03, 0.031, 0.02, 0.0, 0.02, 0.0, 0.0, 0.049, 0.021, 0.039, 0.276,
+               0.085, 0.02, 0.0, 0.052, 0.0, 0.156, 0.104, 0.807, 0.028, 0.0, 0.01, 0.01, 0.081, 0.029, 0.01,
+               0.021, 0.0, 0.039, 0.031, 0.01, 0.244, 0.051, 0.059, 0.059, 0.0, 0.02, 0.01, 0.01, 0.0, 0.03,
+               0.03, 0.019, 0.307, 0.265, 0.0, 0.02, 0.058, 0.04, 0.05, 0.021, 0.0, 0.01, 0.051, 0.03, 0.202,
+               0.043, 0.041, 0.029, 0.03]
+SPELL_WINDOW_P99 = [138.6, 204.7, 137.6, 337.9, 1347.2, 1062.0, 5467.4, 9542.5, 5321.1, 2144.0, 126.3, 415.9,
+                    1153.1, 900.5, 190.0, 184.1, 124.6, 243.8, 134.5, 142.5]
+SPELL_WINDOW_T = [9.0, 15.0, 21.0, 27.0, 33.0, 39.0, 45.0, 51.0, 57.0, 63.0, 69.0, 75.0, 81.0, 87.0, 93.0, 99.0,
+                  105.0, 111.0, 117.0, 123.0]
+
+
+def test_a_busy_spell_over_the_slow_windows_is_named_and_a_quiet_host_is_not_blamed():
+    spell = busy_spell(SPELL_T, SPELL_CORES, SPELL_WINDOW_T, SPELL_WINDOW_P99, 6.0, 200.0)
+    assert spell is not None and 45 <= spell["from_s"] <= 47 and 58 <= spell["to_s"] <= 61, spell
+    assert 0.8 <= spell["mean_cores"] <= 1.1
+    thirds = [0.1, 0.39, 0.05]
+    deg = degradation(CONFIRM, SPELL_WINDOW_P99, SLO_MISSED, False, 7649.9, thirds, spell)
+    assert deg["kind"] == "host busy" and f"from {spell['from_s']:g} s to {spell['to_s']:g} s" in deg["verdict"]
+    # without the spell the thirds alone do not reach HOST_BUSY_CORES: the verdict falls to the shape
+    assert degradation(CONFIRM, SPELL_WINDOW_P99, SLO_MISSED, False, 7649.9, thirds)["kind"] != "host busy"
+    quiet = [0.0 if c is not None else None for c in SPELL_CORES]
+    assert busy_spell(SPELL_T, quiet, SPELL_WINDOW_T, SPELL_WINDOW_P99, 6.0, 200.0) is None
+    # a busy spell where every window met the SLO is no excuse
+    fast = [100.0] * len(SPELL_WINDOW_P99)
+    assert busy_spell(SPELL_T, SPELL_CORES, SPELL_WINDOW_T, fast, 6.0, 200.0) is None

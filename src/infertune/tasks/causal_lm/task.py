@@ -32,7 +32,8 @@ class CausalLMTask(Task):
         self.ref_greedy: list | None = None
         self.greedy: dict[str, list[list[int]]] = {}
         self.call_s: dict[str, float] = {}
-        self.warmed: set[str] = set()
+        self.warm_s: dict[str, float] = {}  # the probe's warm-up call: what compiling/capturing one batch size costs
+        self.batches: dict[str, list[int]] = {}  # the batch sizes each engine's timed passes measure (all warmed)
 
     # --- setup ---------------------------------------------------------------------------------
     def load(self, out: Path) -> TuneResult:
@@ -109,6 +110,7 @@ class CausalLMTask(Task):
         first = dict(list(self.plan["ttft"].items())[:1])
         timeout = max(60.0, min(self.cfg.candidate_timeout_s, cap_s * 4))
         self._measure(worker, cand, first, 3, [1], timeout)
+        self.warm_s[cand.id] = self.call_s[cand.id]
         got = self._measure(worker, cand, first, 8, [1], timeout)
         step = statistics.median(got["tpot"]["1"])
         return Probe(speed=1000 / step, detail={"tpot_ms": round(step, 3), "ttft_ms": round(
@@ -143,16 +145,26 @@ class CausalLMTask(Task):
     def measure(self, worker, cand, max_s: float | None = None) -> dict[str, Any]:
         p = self.plan
         timeout = self.cfg.candidate_timeout_s
-        if cand.id not in self.warmed:  # compiles / captures each batch size's step once
-            self._measure(worker, cand, dict(list(p["ttft"].items())[:1]), 2, p["batches"], timeout)
-            self.warmed.add(cand.id)
+        if cand.id not in self.batches:  # compiles / captures each batch size's step once
+            self.batches[cand.id] = todo = warm_batches(p["batches"], self.warm_s.get(cand.id, 0.0), max_s)
+            if len(todo) < len(p["batches"]):
+                self.console.print(
+                    f"    {cand.id}: TPOT at batch {', '.join(map(str, todo))} only: compiling a batch size took "
+                    f"{self.warm_s[cand.id]:.0f} s in its probe, and {max_s:.0f} s are left for this pass",
+                    highlight=False)
+            self._measure(worker, cand, dict(list(p["ttft"].items())[:1]), 2, todo, timeout)
         steps = p["steps"]
         if max_s is not None and cand.id in self.call_s and self.call_s[cand.id] > max_s:
             steps = max(2, int(steps * max_s / self.call_s[cand.id]))
-        return self._measure(worker, cand, p["ttft"], steps, p["batches"], timeout)
+        return self._measure(worker, cand, p["ttft"], steps, self.batches[cand.id], timeout)
 
     def pass_s(self, run, cand) -> float:
-        return self.call_s.get(cand.id, 5.0) * (2 if cand.id not in self.warmed else 1)
+        """A timed pass's expected seconds; the first also compiles (or captures) every batch size but 1, at what
+        the probe's warm-up took for one (on the H200 a max-autotune step took 60 s a batch size)."""
+        once = self.call_s.get(cand.id, 5.0)
+        if cand.id in self.batches:
+            return once
+        return 2 * once + self.warm_s.get(cand.id, 0.0) * (len(self.plan["batches"]) - 1)
 
     def summarize(self, run, cand, samples: list[dict[str, Any]]) -> dict[str, Any]:
         from infertune.llm.measure import roofline_ms, summarize_lm
@@ -211,3 +223,21 @@ class CausalLMTask(Task):
         from infertune.llm.report import write_lm_report
 
         write_lm_report(result, path)
+
+
+def warm_batches(batches: list[int], warm_s: float, max_s: float | None) -> list[int]:
+    """The batch sizes a first timed pass can compile within `max_s`: batch 1 (the probe compiled it) and then
+    each next size while its compile, estimated at `warm_s`, fits; all of them without a cap."""
+    if max_s is None or warm_s <= 0:
+        return list(batches)
+    keep = [b for b in batches if b == 1] or list(batches[:1])
+    left = max_s - warm_s  # the pass itself, about one warm-up's length for a compiled engine
+    for b in batches:
+        if b in keep:
+            continue
+        if left < warm_s:
+            break
+        keep.append(b)
+        left -= warm_s
+    return keep
+
