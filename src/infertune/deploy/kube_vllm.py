@@ -11,16 +11,16 @@ from infertune.deploy.config import DeployConfig, Workload
 from infertune.deploy.kube import (
     VLLM_HPA_METRIC,
     Obj,
-    pod_extras,
     hpa,
     http_probe,
     labels,
     model_volume,
+    pod_extras,
     resources,
     scrape_annotations,
     service,
-    sizing_annotations,
     service_monitor,
+    sizing_annotations,
 )
 
 VLLM_IMAGE = "vllm/vllm-openai:latest"  # only when no tag was chosen (deploy/image.py:vllm_tag picks one)

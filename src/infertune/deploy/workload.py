@@ -62,7 +62,9 @@ def _serve_workload(cfg: DeployConfig, model_dir: Path, manifest: dict) -> Workl
     else:
         notes.append("untuned embedding model: run `infertune tune` and deploy the artifact to serve the fastest candidate")
     sizing, place = _size_and_place(cfg, model_dir, manifest, device, tuned_on)
-    backend = (manifest.get("candidate") or {}).get("backend") if manifest.get("format") else None
+    cand = manifest.get("candidate") or {}
+    backend = (cand.get("backend") or str(manifest.get("candidate_id", "")).split("/")[0] or None
+               if manifest.get("format") else None)
     return Workload(engine="infertune-serve", name=name, served_name=str(manifest.get("model") or name),
                     model_dir=str(model_dir), mount=mount, device=device, gpus_per_pod=gpus, args=args,
                     cpu_request=sizing.cpu, memory_request=sizing.k8s_memory(), memory_limit=sizing.k8s_memory(),

@@ -15,7 +15,8 @@ TORCH = version("torch")
 
 
 def manifest(backend="torch-eager", precision="bf16", flags=SPR, libs=None, device="cpu", gpu=None):
-    return {"format": "infertune-artifact/1", "kind": "embedding", "model": "all-MiniLM-L6-v2", "source": "minilm",
+    return {"format": "infertune-artifact/1", "infertune": "0.1.0", "kind": "embedding", "model": "all-MiniLM-L6-v2",
+            "source": "minilm",
             "device": device, "candidate": {"backend": backend, "precision": precision, "quant": None, "options": []},
             "fingerprint": {"cpu_model": "Intel Xeon Platinum 8480+", "cpu_flags": flags, "gpu": gpu or [],
                             "libraries": libs or {"torch": TORCH}}}
