@@ -55,7 +55,12 @@ def measured(manifest: dict[str, Any], artifact: Path) -> dict[str, Any]:
         mem = {"peak_rss_mb": m.get("peak_rss_mb"), "peak_gpu_mb": m.get("peak_gpu_mb"),
                "source": f"{artifact.parent / 'results.json'}: the winner's measurement"}
         threads = threads or (r.get("environment") or {}).get("threads")
-    return {**mem, "threads": threads}
+    threads_from = "tune measured with" if threads else None
+    if not threads:  # tune left the thread count at the engine's default: one per physical core of the tune host
+        fp = manifest.get("fingerprint") or {}
+        threads = fp.get("cpu_cores_physical") or fp.get("cpu_cores_logical")
+        threads_from = "tune ran with (the engine's default: the tune host's cores)" if threads else None
+    return {**mem, "threads": threads, "threads_from": threads_from}
 
 
 def _files_mib(root: Path) -> float:
@@ -66,7 +71,7 @@ def tuned_sizing(manifest: dict[str, Any], artifact: Path, headroom: float, devi
     m = measured(manifest, artifact)
     threads = m.get("threads")
     cpu = str(threads) if threads else "2"
-    cpu_line = (f"cpu request {cpu}: the {threads} thread(s) tune measured with" if threads
+    cpu_line = (f"cpu request {cpu}: the {threads} thread(s) {m['threads_from']}" if threads
                 else "cpu request 2: the artifact records no thread count")
     rss = m.get("peak_rss_mb")
     if rss is None:

@@ -198,3 +198,13 @@ def test_the_dockerfiles_run_the_install_script_the_venv_test_runs():
         assert 'sh /src/docker/install.sh /src "$EXTRAS" "$TORCH_INDEX"' in text, df
         copies = [ln for ln in text.splitlines() if ln.startswith("COPY")]
         assert "COPY src /src/src" in copies and all("model" not in ln and "runs" not in ln for ln in copies), df
+
+
+def test_cpu_request_is_the_tune_hosts_cores_when_tune_left_threads_at_the_default(tmp_path):
+    art = artifact(tmp_path, "onnxruntime", "int8", EPYC, quant="ort-static", threads=None)
+    m = json.loads((art / "manifest.json").read_text())
+    m["fingerprint"].update(cpu_cores_physical=4, cpu_cores_logical=8)
+    (art / "manifest.json").write_text(json.dumps(m))
+    r = deploy(DeployConfig(source=str(art), out=tmp_path / "out", targets=["k8s"]))
+    assert r.workload.cpu_request == "4"
+    assert "cpu request 4: the 4 thread(s) tune ran with (the engine's default" in "; ".join(r.workload.sizing.explain)
