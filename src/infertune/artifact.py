@@ -51,8 +51,8 @@ def write_manifest(path: Path, spec, candidate, result, saved: dict[str, Any]) -
         "fingerprint": result.environment.model_dump(mode="json"),
         "memory": {"peak_rss_mb": win.measurement.peak_rss_mb if win.measurement else None,
                    "peak_gpu_mb": win.measurement.peak_gpu_mb if win.measurement else None,
-                   "source": "tune's worker process: max RSS (getrusage) and max allocated GPU memory over the "
-                             "winner's timed passes"},
+                   "source": "the winner's tune worker: max RSS over its life (getrusage: preparing the engine "
+                             "and its timed passes) and max allocated GPU memory"},
         "load": {
             "python": f"infertune.artifact.load_embedder({str(path)!r})",
             "serve": f"infertune serve {path}",
