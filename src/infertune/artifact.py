@@ -24,6 +24,7 @@ def write_manifest(path: Path, spec, candidate, result, saved: dict[str, Any]) -
         "infertune": __import__("infertune").__version__,
         "kind": "embedding",
         "model": spec.name,
+        "source": result.config.get("model"),  # what `infertune tune` was given (serve's host check names it)
         "embedding": {k: v for k, v in spec.to_dict().items() if k != "path"},
         "candidate": candidate.model_dump(mode="json"),
         "candidate_id": candidate.id,
@@ -45,6 +46,13 @@ def write_manifest(path: Path, spec, candidate, result, saved: dict[str, Any]) -
             # backends/overlap.py). serve reads frontends_per_gpu unless --frontends says otherwise
             **_tokenization(result.config.get("device", "cpu")),
         },
+        # the host the figures were measured on (serve compares it with its own; deploy places pods by it) and the
+        # winner's peak memory in tune's worker (deploy sizes the pod's memory from it)
+        "fingerprint": result.environment.model_dump(mode="json"),
+        "memory": {"peak_rss_mb": win.measurement.peak_rss_mb if win.measurement else None,
+                   "peak_gpu_mb": win.measurement.peak_gpu_mb if win.measurement else None,
+                   "source": "the winner's tune worker: max RSS over its life (getrusage: preparing the engine "
+                             "and its timed passes) and max allocated GPU memory"},
         "load": {
             "python": f"infertune.artifact.load_embedder({str(path)!r})",
             "serve": f"infertune serve {path}",

@@ -17,6 +17,9 @@ Writes (under --out):
   k8s/NAME.yaml                      Deployment (or LeaderWorkerSet for --nodes > 1), Service, ServiceMonitor, HPA with --hpa
   k8s/prometheus-adapter-values.yaml the custom-metrics rules the HPA reads (with --hpa)
   compose.yaml                       one host: a service per replica, GPUs reserved, healthcheck, model mounted read-only
+  image/build.sh, image/run.sh       infertune serve: the docker build of the image (docker/Dockerfile.cpu|cuda, the engine's extras); one docker run
+
+Memory requests/limits come from tune's measured peak RSS (+ --memory-headroom), CPU requests from the threads tune measured with, node selectors from the artifact's engine and the host it was tuned on (node-feature-discovery / GPU feature discovery labels); the vLLM image tag from the driver's CUDA (--cuda, default this host's).
 Every file is validated offline (Kubernetes schemas, the CRDs' fields, the Compose Specification) when the [deploy] extra is installed.
 
 \b
@@ -46,7 +49,9 @@ def deploy_cmd(
     model_pvc: Annotated[str | None, typer.Option(help="PersistentVolumeClaim holding the model (default NAME-model)")] = None,
     model_host_path: Annotated[str | None, typer.Option(help="node directory holding the model (hostPath) instead of a PVC")] = None,
     model_subpath: Annotated[str | None, typer.Option(help="the model's directory inside the volume")] = None,
-    image: Annotated[str | None, typer.Option(help="container image (default infertune:VERSION-DEVICE, or vllm/vllm-openai)")] = None,
+    image: Annotated[str | None, typer.Option(help="container image (default infertune:VERSION-DEVICE-ENGINE, built by image/build.sh; vLLM: the vllm/vllm-openai tag for --cuda)")] = None,
+    cuda: Annotated[str | None, typer.Option(help="vLLM: the CUDA version the nodes' driver supports, e.g. 12.9 (`nvidia-smi`, `infertune doctor`; default: this host's driver)")] = None,
+    memory_headroom: Annotated[float, typer.Option(help="memory request = limit = measured peak RSS x (1 + this)")] = 0.3,
     name: Annotated[str | None, typer.Option(help="app name (default: from the model)")] = None,
     port: Annotated[int, typer.Option(help="container port")] = 8000,
     hpa: Annotated[bool, typer.Option("--hpa", help="HorizontalPodAutoscaler on a server metric via prometheus-adapter")] = False,
@@ -62,13 +67,16 @@ def deploy_cmd(
     r = deploy(DeployConfig(
         source=source, out=out, targets=target or ["k8s", "compose"], device=device, gpu=gpu, gpus=gpus, nodes=nodes,
         replicas=replicas, context=context, concurrency=concurrency, dtype=dtype, model_pvc=model_pvc,
-        model_host_path=model_host_path, model_path_in_volume=model_subpath, image=image, name=name, port=port,
+        model_host_path=model_host_path, model_path_in_volume=model_subpath, image=image, cuda=cuda,
+        memory_headroom=memory_headroom, name=name, port=port,
         hpa=hpa, hpa_metric=hpa_metric, hpa_target=hpa_target, max_replicas=max_replicas,
     ))
     con = console(stderr=as_json)  # what was written is the result: stdout, unless --json takes it
     w = r.workload
     par = f", TP={w.tensor_parallel} x PP={w.pipeline_parallel}" if w.engine == "vllm" else ""
-    con.print(f"[bold]{w.name}[/]: {w.engine} on {w.device}, {w.gpus_per_pod} GPU(s) per pod{par}", highlight=False)
+    con.print(f"[bold]{w.name}[/]: {w.engine} on {w.device}, {w.gpus_per_pod} GPU(s) per pod{par}; image "
+              f"{w.image.name if w.image else '?'}; requests cpu {w.cpu_request}, memory {w.memory_request}"
+              f"{', limit ' + w.memory_limit if w.memory_limit else ''}", highlight=False)
     for f in r.files:
         con.print(f"  wrote {f.path} ({', '.join(f.kinds)}) - validated: {f.validated}", highlight=False)
     for n in r.notes:

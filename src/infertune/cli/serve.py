@@ -73,6 +73,7 @@ def serve_cmd(
     drain_s: Annotated[float, Duration("on SIGTERM, /ready fails at once but new connections are still accepted (and answered) for this long before the graceful shutdown, so a load balancer can stop routing here", "--drain-s")] = 2.0,
     frontends: Annotated[int | None, typer.Option(help="HTTP/tokenizer processes sharing the port (default 1 on CPU; on GPUs half the cores, <= 8 per GPU). More than one, or several --devices, runs the model in engine processes")] = None,
     devices: Annotated[str | None, typer.Option(help="with --device cuda: GPUs to serve on, one engine process each, e.g. 0,1 (default: every visible GPU)")] = None,
+    strict_host: Annotated[bool, typer.Option("--strict-host", help="refuse (exit 2) to serve an artifact tuned on a host that differs from this one in what its engine uses (CPU features, GPU compute capability or product, engine version); without it serve prints the difference and the tune command to run here")] = False,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "warning",
     worker_process: Annotated[bool, typer.Option("--worker-process/--in-process", help="run the model in a supervised child process that is restarted when it dies (in-flight requests get 503, /metrics counts infertune_worker_restarts_total)")] = False,
     worker_timeout_s: Annotated[float, Duration("with --worker-process: a forward pass not answered within this is a stall; the worker is killed and restarted")] = 60.0,
@@ -120,7 +121,7 @@ def serve_cmd(
         log_level=log_level, worker_process=worker_process, worker_timeout_s=worker_timeout_s, drain_s=drain_s,
         frontends=frontends, devices=[d.strip() for d in devices.split(",") if d.strip()] if devices else None,
         task=task, pooling=pooling, prompts=parse_prompts(prompt), default_prompt_name=default_prompt_name,
-        cuda_graphs=cuda_graphs,
+        cuda_graphs=cuda_graphs, strict_host=strict_host,
     )
     result = serve(cfg)
     typer.echo(f"stopped after {result.uptime_s} s: {result.items} items in {result.batches} batches; "

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from infertune.deploy.config import DeployConfig, Workload
+from infertune.deploy.image import GPU_ULIMITS
 from infertune.errors import InfertuneError
 
 Obj = dict[str, Any]
@@ -17,6 +18,20 @@ def _healthcheck(path: str, port: int, start_s: int) -> Obj:
     probe = f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}{path}', timeout=4)"
     return {"test": ["CMD", "python3", "-c", probe], "interval": "10s", "timeout": "5s", "retries": 3,
             "start_period": f"{start_s}s"}
+
+
+def _resources(w: Workload, replica: int) -> Obj:
+    """Memory limit and reservation from the sizing (a docker memory string), CPUs reserved, GPUs by id."""
+    res: Obj = {"reservations": {}}
+    if w.memory_limit and w.sizing:
+        res["limits"] = {"memory": w.sizing.compose_memory()}
+        res["reservations"]["memory"] = w.sizing.compose_memory()
+    res["reservations"]["cpus"] = w.cpu_request
+    if w.gpus_per_pod:
+        first = replica * w.gpus_per_pod
+        ids = [str(g) for g in range(first, first + w.gpus_per_pod)]
+        res["reservations"]["devices"] = [{"driver": "nvidia", "device_ids": ids, "capabilities": ["gpu"]}]
+    return res
 
 
 def compose_file(cfg: DeployConfig, w: Workload, image: str) -> Obj:
@@ -47,10 +62,29 @@ def compose_file(cfg: DeployConfig, w: Workload, image: str) -> Obj:
                 svc["ipc"] = "host"  # NCCL between the tensor-parallel ranks
             else:
                 svc["shm_size"] = "2gb"
+        svc["deploy"] = {"resources": _resources(w, i)}
         if w.gpus_per_pod:
-            first = i * w.gpus_per_pod
-            ids = [str(g) for g in range(first, first + w.gpus_per_pod)]
-            svc["deploy"] = {"resources": {"reservations": {"devices": [
-                {"driver": "nvidia", "device_ids": ids, "capabilities": ["gpu"]}]}}}
+            svc["ulimits"] = dict(GPU_ULIMITS)  # pinned host memory and NCCL: Docker's memlock default is tiny
+        if w.sizing:
+            svc["x-infertune-sizing"] = w.sizing.explain
         services[name] = svc
     return {"services": services}  # no top-level name: the vendored schema predates it (project = directory)
+
+
+def docker_run(cfg: DeployConfig, w: Workload, image: str) -> str:
+    """The one-container equivalent of the compose service, for a quick try on one host."""
+    import shlex
+
+    args = ["docker", "run", "--rm", "-p", f"{cfg.port}:{cfg.port}", "-v", f"{w.model_dir}:{w.mount}:ro",
+            "-e", "HF_HUB_OFFLINE=1"]
+    if w.sizing and w.memory_limit:
+        args += ["--memory", w.sizing.compose_memory()]
+    if w.gpus_per_pod:
+        args += ["--gpus", str(w.gpus_per_pod) if w.gpus_per_pod > 1 else "1"]
+        args += [f"--ulimit={k}={v}" for k, v in GPU_ULIMITS.items()]
+        args += ["--ipc=host"] if w.tensor_parallel > 1 else ["--shm-size=2g"]
+    if w.engine == "infertune-serve":
+        args += ["--entrypoint", "infertune", image, *w.args]
+    else:
+        args += ["--entrypoint", "vllm", image, "serve", *w.args]
+    return shlex.join(args)

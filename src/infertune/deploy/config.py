@@ -8,6 +8,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from infertune.deploy.image import Image
+from infertune.deploy.placement import Placement
+from infertune.deploy.sizing import Sizing
+
 Target = Literal["k8s", "compose"]
 
 
@@ -30,6 +34,8 @@ class DeployConfig(BaseModel):
     model_host_path: str | None = Field(None, description="node path holding the model (hostPath)")
     model_path_in_volume: str | None = Field(None, description="the model's directory inside the volume")
     image: str | None = None
+    cuda: str | None = Field(None, description="vLLM: the CUDA version the nodes' driver supports (default: this host's)")
+    memory_headroom: float = Field(0.3, ge=0, le=4, description="memory request/limit = measured peak x (1 + this)")
     name: str | None = Field(None, description="app name (default: from the model)")
     port: int = Field(8000, ge=1, le=65535)
     # autoscaling (infertune serve)
@@ -56,6 +62,10 @@ class Workload(BaseModel):
     args: list[str]  # the serving command's arguments after the executable
     cpu_request: str = "2"
     memory_request: str = "4Gi"
+    memory_limit: str | None = None  # CPU pods: = the request (sizing.py says why)
+    sizing: Sizing | None = None  # the figures the requests come from
+    placement: Placement = Placement()
+    image: Image | None = None
     notes: list[str] = []
 
 

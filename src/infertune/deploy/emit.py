@@ -22,6 +22,8 @@ def dump_yaml(docs: list[dict[str, Any]]) -> str:
 
 
 def default_image(w: Workload) -> str:
+    if w.image is not None:
+        return w.image.name
     if w.engine == "vllm":
         from infertune.deploy.kube_vllm import VLLM_IMAGE
 
@@ -65,6 +67,32 @@ def build(cfg: DeployConfig) -> tuple[Workload, dict[str, list[dict[str, Any]]],
     return w, out, notes
 
 
+def _write(path: Path, text: str, mode: int | None = None) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        if mode is not None:
+            path.chmod(mode)
+    except OSError as e:
+        raise InfertuneError(f"cannot write {path}: {e}") from e
+
+
+def image_scripts(cfg: DeployConfig, w: Workload) -> dict[str, str]:
+    """image/build.sh (infertune serve: the docker build of the image the manifests name) and image/run.sh."""
+    from infertune.deploy.compose import docker_run
+
+    image = cfg.image or default_image(w)
+    out = {}
+    if w.image and w.image.build and not cfg.image:
+        out["image/build.sh"] = (f"#!/bin/sh\n# {w.engine} image for {w.name}: extras {','.join(w.image.extras)} "
+                                 f"(what the artifact's engine needs); push it where the cluster pulls from, e.g.\n"
+                                 f"#   docker tag {image} REGISTRY/{image} && docker push REGISTRY/{image}\n"
+                                 f"# and deploy with --image REGISTRY/{image}\nset -e\n{w.image.build}\n")
+    if w.nodes == 1:
+        out["image/run.sh"] = f"#!/bin/sh\n# one container on this host, like compose.yaml's first service\n{docker_run(cfg, w, image)}\n"
+    return out
+
+
 def deploy(cfg: DeployConfig) -> DeployResult:
     from infertune.deploy import validate as v
 
@@ -84,11 +112,14 @@ def deploy(cfg: DeployConfig) -> DeployResult:
                 what = "; ".join(sorted({v.validate_k8s(o) for o in objs}))
                 v.check_links(objs)
         path = Path(cfg.out) / rel
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(dump_yaml(objs))
-        except OSError as e:
-            raise InfertuneError(f"cannot write {path}: {e}") from e
+        _write(path, dump_yaml(objs))
         kinds = [o.get("kind", "compose" if rel == "compose.yaml" else "values") for o in objs]
         written.append(DeployFile(path=str(path), kinds=kinds, validated=what))
+    for rel, text in image_scripts(cfg, w).items():
+        path = Path(cfg.out) / rel
+        _write(path, text, 0o755)
+        written.append(DeployFile(path=str(path), kinds=["script"], validated="shell script: not validated"))
+    if w.image and w.image.build and not cfg.image:
+        notes.append(f"image {w.image.name}: build it with {Path(cfg.out) / 'image/build.sh'} ({w.image.build})")
+    notes += w.image.notes if w.image else []
     return DeployResult(workload=w, files=written, notes=notes)

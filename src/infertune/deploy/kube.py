@@ -9,7 +9,7 @@ from typing import Any
 from infertune.deploy.config import DeployConfig, Workload
 
 Obj = dict[str, Any]
-INFERTUNE_IMAGE = "infertune:{version}"  # built from docs/deploy.md's Dockerfile: code only, no model
+INFERTUNE_IMAGE = "infertune:{version}-{device}-{engine}"  # docker/Dockerfile.{cpu,cuda}: code only, no model
 # series `infertune serve` exports at /metrics (serve/metrics.py)
 QUEUE_SERIES = "infertune_queue_depth"
 LATENCY_SERIES = "infertune_request_duration_seconds_bucket"
@@ -37,18 +37,39 @@ def model_volume(cfg: DeployConfig, w: Workload) -> tuple[Obj, Obj]:
 
 
 def resources(w: Workload, gpus: int | None = None) -> Obj:
+    """Requests from the sizing; a memory limit equal to the request where one was sized (no CPU limit: a CFS
+    quota throttles a server's bursts, and the threads it runs are the request already)."""
     n = w.gpus_per_pod if gpus is None else gpus
     req: Obj = {"cpu": w.cpu_request, "memory": w.memory_request}
+    lim: Obj = {"memory": w.memory_limit} if w.memory_limit else {}
     if n:
-        return {"requests": {**req, "nvidia.com/gpu": n}, "limits": {"nvidia.com/gpu": n}}
-    return {"requests": req, "limits": {"memory": w.memory_request}}
+        return {"requests": {**req, "nvidia.com/gpu": n}, "limits": {**lim, "nvidia.com/gpu": n}}
+    return {"requests": req, "limits": lim or {"memory": w.memory_request}}
 
 
-def gpu_pod_extras(w: Workload) -> Obj:
-    """GPU nodes are often tainted nvidia.com/gpu:NoSchedule (GKE, the GPU operator's guidance)."""
-    if not w.gpus_per_pod:
-        return {}
-    return {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+def pod_extras(w: Workload) -> Obj:
+    """GPU nodes are often tainted nvidia.com/gpu:NoSchedule (GKE, the GPU operator's guidance); every pod gets the
+    nodeSelector and node affinity placement.py derived from the artifact."""
+    out: Obj = {}
+    if w.placement.node_selector:
+        out["nodeSelector"] = dict(w.placement.node_selector)
+    if aff := w.placement.affinity():
+        out["affinity"] = aff
+    if w.gpus_per_pod:
+        out["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    return out
+
+
+def sizing_annotations(w: Workload) -> dict[str, str]:
+    """The figures the requests and the placement come from, next to them in the manifest."""
+    out: dict[str, str] = {}
+    if w.sizing:
+        out["infertune.dev/sizing"] = "; ".join(w.sizing.explain)
+    if w.placement.notes:
+        out["infertune.dev/placement"] = "; ".join(w.placement.notes)
+    if w.image and w.image.build:
+        out["infertune.dev/image-build"] = w.image.build
+    return out
 
 
 def http_probe(path: str, port: str, period: int, failures: int, initial: int = 0) -> Obj:
@@ -92,9 +113,11 @@ def serve_deployment(cfg: DeployConfig, w: Workload, image: str) -> Obj:
         "livenessProbe": http_probe("/health", "http", 10, 3),
     }
     spec: Obj = {"containers": [container], "volumes": [vol],
-                 "terminationGracePeriodSeconds": 75, **gpu_pod_extras(w)}  # serve's drain 2 s + graceful 60 s
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": w.name, "labels": labels(w)},
+                 "terminationGracePeriodSeconds": 75, **pod_extras(w)}  # serve's drain 2 s + graceful 60 s
+    meta: Obj = {"name": w.name, "labels": labels(w)}
+    if ann := sizing_annotations(w):
+        meta["annotations"] = ann
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
             "spec": {"replicas": cfg.replicas, "selector": {"matchLabels": sel},
                      "template": {"metadata": {"labels": sel, "annotations": scrape_annotations(cfg.port)},
                                   "spec": spec}}}

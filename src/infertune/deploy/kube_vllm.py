@@ -11,18 +11,19 @@ from infertune.deploy.config import DeployConfig, Workload
 from infertune.deploy.kube import (
     VLLM_HPA_METRIC,
     Obj,
-    gpu_pod_extras,
     hpa,
     http_probe,
     labels,
     model_volume,
+    pod_extras,
     resources,
     scrape_annotations,
     service,
     service_monitor,
+    sizing_annotations,
 )
 
-VLLM_IMAGE = "vllm/vllm-openai:latest"
+VLLM_IMAGE = "vllm/vllm-openai:latest"  # only when no tag was chosen (deploy/image.py:vllm_tag picks one)
 # in the vllm/vllm-openai image (vLLM's examples/online_serving/multi-node-serving.sh)
 MULTI_NODE_SCRIPT = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"
 RAY_PORT = 6379
@@ -54,12 +55,14 @@ def vllm_deployment(cfg: DeployConfig, w: Workload, image: str) -> Obj:
         "ports": [{"name": "http", "containerPort": cfg.port, "protocol": "TCP"}], "env": _env(),
         "resources": resources(w), "volumeMounts": [mount, shm_mount], **_probes(),
     }
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": w.name, "labels": labels(w)},
+    meta: Obj = {"name": w.name, "labels": labels(w)}
+    if ann := sizing_annotations(w):
+        meta["annotations"] = ann
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
             "spec": {"replicas": cfg.replicas, "selector": {"matchLabels": sel},
                      "template": {"metadata": {"labels": sel, "annotations": scrape_annotations(cfg.port)},
                                   "spec": {"containers": [container], "volumes": [vol, shm_vol],
-                                           "terminationGracePeriodSeconds": 60, **gpu_pod_extras(w)}}}}
+                                           "terminationGracePeriodSeconds": 60, **pod_extras(w)}}}}
 
 
 def leader_worker_set(cfg: DeployConfig, w: Workload, image: str) -> Obj:
@@ -77,7 +80,7 @@ def leader_worker_set(cfg: DeployConfig, w: Workload, image: str) -> Obj:
                   {"name": "ray", "containerPort": RAY_PORT, "protocol": "TCP"}], **_probes(),
     }
     worker: Obj = {"name": "vllm-worker", "command": ["sh", "-c", worker_cmd], **common}
-    pod = {"volumes": [vol, shm_vol], **gpu_pod_extras(w)}
+    pod = {"volumes": [vol, shm_vol], **pod_extras(w)}
     return {
         "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
         "metadata": {"name": w.name, "labels": labels(w)},

@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 
 from infertune.deploy.config import DeployConfig, Workload, dns_name
+from infertune.deploy.image import serve_image
 from infertune.errors import InfertuneError
 
 GPUS_PER_NODE_DEFAULT = 8
@@ -43,7 +44,8 @@ def resolve_workload(cfg: DeployConfig) -> Workload:
 def _serve_workload(cfg: DeployConfig, model_dir: Path, manifest: dict) -> Workload:
     if cfg.nodes > 1:
         raise InfertuneError("--nodes > 1 is for LLMs split over nodes; an embedding model scales with --replicas")
-    device = cfg.device or ("cuda" if str(manifest.get("device", "cpu")).startswith("cuda") else "cpu")
+    tuned_on = "cuda" if str(manifest.get("device", "cpu")).startswith("cuda") else "cpu"
+    device = cfg.device or tuned_on
     gpus = (cfg.gpus or 1) if device == "cuda" else 0
     name = dns_name(cfg.name or manifest.get("model") or model_dir.name)
     mount = f"/models/{name}"
@@ -51,9 +53,7 @@ def _serve_workload(cfg: DeployConfig, model_dir: Path, manifest: dict) -> Workl
             "--served-model-name", str(manifest.get("model") or name)]
     if gpus > 1:
         args += ["--devices", ",".join(str(i) for i in range(gpus))]
-    threads = (manifest.get("tune") or {}).get("threads")
     notes = []
-    tuned_on = "cuda" if str(manifest.get("device", "cpu")).startswith("cuda") else "cpu"
     if manifest.get("format"):
         notes.append(f"tuned artifact {manifest.get('candidate_id', '')}: batching sized from its measurements")
         if tuned_on != device:
@@ -61,9 +61,34 @@ def _serve_workload(cfg: DeployConfig, model_dir: Path, manifest: dict) -> Workl
                          f"were measured there; run `infertune tune --device {device}` on the target for its own")
     else:
         notes.append("untuned embedding model: run `infertune tune` and deploy the artifact to serve the fastest candidate")
+    sizing, place = _size_and_place(cfg, model_dir, manifest, device, tuned_on)
+    cand = manifest.get("candidate") or {}
+    backend = (cand.get("backend") or str(manifest.get("candidate_id", "")).split("/")[0] or None
+               if manifest.get("format") else None)
     return Workload(engine="infertune-serve", name=name, served_name=str(manifest.get("model") or name),
                     model_dir=str(model_dir), mount=mount, device=device, gpus_per_pod=gpus, args=args,
-                    cpu_request=str(threads or 2), memory_request="2Gi" if device == "cpu" else "4Gi", notes=notes)
+                    cpu_request=sizing.cpu, memory_request=sizing.k8s_memory(), memory_limit=sizing.k8s_memory(),
+                    sizing=sizing, placement=place, image=serve_image(backend, device, cfg.image),
+                    notes=notes + sizing.explain + place.notes)
+
+
+def _size_and_place(cfg: DeployConfig, model_dir: Path, manifest: dict, device: str, tuned_on: str):
+    """(Sizing, Placement) from the artifact's measurements and fingerprint, or from the model's shape."""
+    from infertune.deploy.placement import cpu_placement, gpu_placement
+    from infertune.deploy.sizing import tuned_sizing, untuned_sizing
+    from infertune.hardware.engine_features import engine_features
+
+    if manifest.get("format"):
+        sizing = tuned_sizing(manifest, model_dir, cfg.memory_headroom, device)
+        # a device other than the tuned one: only the engine's own minimum holds there
+        feats = engine_features(manifest if tuned_on == device else
+                                {"candidate": manifest.get("candidate") or {}, "device": device})
+    else:
+        sizing = untuned_sizing(str(model_dir), cfg.memory_headroom, device)
+        feats = engine_features({"candidate": {"backend": "torch-eager", "precision": "fp32"}, "device": device})
+    if device == "cuda":
+        return sizing, gpu_placement(feats, sizing.gpu_memory_mib)
+    return sizing, cpu_placement(feats)
 
 
 def _vllm_workload(cfg: DeployConfig, model_dir: str, model_name: str, config_source: str) -> Workload:
@@ -92,7 +117,20 @@ def _vllm_workload(cfg: DeployConfig, model_dir: str, model_name: str, config_so
     notes += [f"plan: {r.gpu['name']}, {r.dtype} weights, TP={per_node}, PP={cfg.nodes}, max-model-len {r.context}, "
               f"KV for {r.max_concurrency:.2f} full-length sequences per replica, --max-num-seqs {r.max_num_seqs}",
               *[n for n in r.notes if "max-num-seqs" in n or "MoE" in n]]
+    image, place, image_notes = _vllm_image(cfg)
     return Workload(engine="vllm", name=name, served_name=model_name, model_dir=model_dir, mount=mount,
                     device="cuda", gpus_per_pod=per_node, tensor_parallel=per_node, pipeline_parallel=cfg.nodes,
                     nodes=cfg.nodes, args=args, cpu_request=str(max(4, 2 * per_node)),
-                    memory_request=f"{max(16, 8 * per_node)}Gi", notes=notes)
+                    memory_request=f"{max(16, 8 * per_node)}Gi", placement=place, image=image,
+                    notes=notes + image_notes + place.notes)
+
+
+def _vllm_image(cfg: DeployConfig):
+    """(Image, Placement, notes): the vLLM tag for the nodes' driver, and nodes whose driver runs it."""
+    from infertune.deploy.image import Image, local_driver_cuda, vllm_tag
+    from infertune.deploy.placement import Placement, driver_placement
+
+    if cfg.image:
+        return Image(name=cfg.image), Placement(), [f"image {cfg.image} (--image): no driver check"]
+    tag, need, notes = vllm_tag(cfg.cuda or local_driver_cuda())
+    return Image(name=tag), driver_placement(need), notes

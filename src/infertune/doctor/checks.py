@@ -223,6 +223,24 @@ def _hybrid(f: list[Finding], adapters: list[dict], n: dict, has_gpu: bool) -> N
                          "driver is loaded", fix="install the NVIDIA driver (check Secure Boot / nouveau)"))
 
 
+def probes_before_serving(f: list[Finding], adapters: list[dict], n: dict, gpus: list[dict]) -> dict:
+    """Secure Boot, DKMS, nouveau, the container runtime, memlock, persistence/VBIOS, topology, GPU processes."""
+    from infertune.doctor import board_checks as b
+    from infertune.doctor import host_checks as h
+    from infertune.doctor.host_probes import gather
+
+    raw = gather()
+    nvidia_gpu = any(a["vendor"] == "NVIDIA" for a in adapters) or bool(gpus)
+    loaded = "nvidia" in n["modules"]
+    f += h.secure_boot(raw["sb_state"], nvidia_gpu, loaded)
+    f += h.dkms(raw["dkms"], raw["kernel"], raw["modinfo_nvidia"], nvidia_gpu, loaded)
+    f += h.nouveau(n["modules"], nvidia_gpu)
+    f += h.container_runtime(raw["daemon_json"], raw["toolkit"], raw["docker"], nvidia_gpu)
+    f += h.memlock(raw["limits"], bool(gpus))
+    f += b.board(raw["board"]) + b.topology(raw["topo"]) + b.gpu_processes(raw["processes"], gpus)
+    return raw
+
+
 def doctor(cfg: DoctorConfig | None = None) -> DoctorReport:
     """Probe this host or container and report findings, worst level first in the exit code."""
     cfg = cfg or DoctorConfig()
@@ -253,7 +271,8 @@ def doctor(cfg: DoctorConfig | None = None) -> DoctorReport:
     _stack(f, pk, ort, t, dcuda, driver, bool(gpus))
     _visible(f, e, gpus, h)
     _hybrid(f, adapters, n, bool(gpus))
+    hp = probes_before_serving(f, adapters, n, gpus)
     worst = max((x.level for x in f), key=LEVEL_RANK.__getitem__, default="ok")
     facts = {"host": h, "nodes": n, "libcuda": lc, "nvml": nv, "gpus": smi, "torch": t, "onnxruntime": ort,
-             "packages": pk, "display_adapters": adapters, "env": e}
+             "packages": pk, "display_adapters": adapters, "env": e, "before_serving": hp}
     return DoctorReport(findings=f, worst=worst, exit_code=EXIT_CODES[worst], facts=facts)

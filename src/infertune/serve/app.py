@@ -147,6 +147,11 @@ def serve(config: ServeConfig) -> ServeResult:
     from infertune.serve.metrics import Metrics
 
     settings = resolve_settings(config, manifest)
+    if manifest is not None:
+        from infertune.serve.host_check import check_host
+
+        if line := check_host(manifest, settings.device, config.strict_host):
+            print(line, file=sys.stderr, flush=True)
     name = config.served_model_name or (manifest or {}).get("model") or ref.name
     served = list(dict.fromkeys([name, config.model, Path(config.model).name]))
     from infertune.serve.launcher import Launcher, wants_processes

@@ -69,6 +69,9 @@ class ServeConfig(BaseModel):
         "with a decoder's batches packed padding-free; padded = graphs over padded batches only; packed = an "
         "encoder's batches packed too. None: what the artifact's tune measured (packed for a batches=packed "
         "winner), else auto"))
+    strict_host: bool = Field(False, description=(
+        "refuse to serve an artifact whose tune host differs from this one in a way that changes speed or "
+        "correctness (CPU features its engine uses, GPU compute capability or product, the engine's version)"))
     log_level: str = "warning"
     worker_process: bool = False  # run the model in a supervised child process, restarted when it dies
     worker_timeout_s: Seconds = Field(60.0, gt=0, description="a forward pass the worker does not answer within "

@@ -7,8 +7,8 @@ from infertune.doctor.explain import catalogue, explain
 SIGS = catalogue()
 
 
-def test_catalogue_has_42_sourced_entries():
-    assert len(SIGS) == 42 and len({s.id for s in SIGS}) == 42
+def test_catalogue_has_46_sourced_entries():
+    assert len(SIGS) == 46 and len({s.id for s in SIGS}) == 46
     for s in SIGS:
         assert s.sources and all(re.match(r"https://", u) for u in s.sources), s.id
         assert s.cause and s.fix
@@ -136,3 +136,51 @@ def test_secure_boot_outranks_the_generic_no_driver_symptom():
 ])
 def test_near_misses_of_the_new_signatures_stay_silent(log):
     assert explain(log).matches == []
+
+
+# ---- issue 29: the seed strings, alone and in the logs they come with, each explained by the right cause first ----
+
+ISSUE_29 = [
+    # alone, the module-load failure names its causes (Secure Boot first) and points at doctor's probes
+    ("nvidia-module-load-failed", "Unable to load the nvidia kernel module"),
+    ("nvidia-module-load-failed", "ERROR: Unable to load the kernel module 'nvidia.ko'.  This happens most frequently "
+                                  "when this kernel module was built against the wrong or improperly configured kernel sources"),
+    # with the installer's or dmesg's reason beside it, that reason's entry ranks first
+    ("secure-boot-module-rejected", "ERROR: Unable to load the kernel module 'nvidia.ko'.\n"
+                                    "-> Kernel module load error: Key was rejected by service"),
+    ("secure-boot-module-rejected", "ERROR: The kernel module failed to load. Secure boot is enabled on this system, so "
+                                    "this is likely because it was not signed by a key that is trusted by the kernel.\n"
+                                    "ERROR: Unable to load the kernel module 'nvidia.ko'."),
+    ("nvidia-module-missing-for-kernel", "Unable to load the nvidia kernel module\n"
+                                         "modprobe: FATAL: Module nvidia not found in directory /lib/modules/6.8.0-49-generic"),
+    ("nouveau-owns-gpu", "ERROR: Unable to load the kernel module 'nvidia.ko'.\n[   10.74] NVRM: The NVIDIA probe routine "
+                         "was not called for 1 device(s).\n[   10.74] NVRM: This can occur when a driver such as: nouveau, "
+                         "rivafb, nvidiafb or rivatv was loaded and obtained ownership of the NVIDIA device(s)."),
+    ("trt-dynamic-shape", "[TRT] [E] 2: [shapeCompiler.cpp::evaluateShapeChecks::1180] Error Code 2: Internal Error "
+                          "(Assertion !isDynamic(mOutputDimension) failed. )"),
+    ("trt-dynamic-shape", "Assertion failed: !isDynamic(mOutputDimension)"),
+    ("container-memlock-limit", "OSError: [Errno 12] Cannot allocate memory"),
+    ("container-memlock-limit", "$ docker run --gpus all --ulimit memlock=8192 infertune:0.1.0-cuda-torch serve /models/m\n"
+                                "  File \"/usr/lib/python3.11/multiprocessing/popen_fork.py\", line 66, in _launch\n"
+                                "OSError: [Errno 12] Cannot allocate memory"),
+]
+
+
+@pytest.mark.parametrize("sig_id,log", ISSUE_29)
+def test_issue_29_seed_strings_rank_the_right_cause_first(sig_id, log):
+    res = explain(f"INFO starting\n{log}\nINFO exiting\n")
+    assert res.matches and res.matches[0].id == sig_id, [m.id for m in res.matches]
+    assert res.matches[0].confidence == "high"
+
+
+def test_the_module_load_cause_names_secure_boot_first_and_the_doctor_probes():
+    m = explain("Unable to load the nvidia kernel module").matches[0]
+    causes = m.cause.split(": ", 1)[1]
+    assert causes.index("Secure Boot") < causes.index("kernel") < causes.index("nouveau")
+    assert "infertune doctor" in m.fix and "DKMS" in m.fix
+
+
+def test_the_memlock_cause_is_the_container_limit_first():
+    m = explain("OSError: [Errno 12] Cannot allocate memory").matches[0]
+    assert m.cause.index("locked-memory limit") < m.cause.index("out of memory")
+    assert "--ulimit memlock=-1" in m.fix
