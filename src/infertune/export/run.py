@@ -94,7 +94,7 @@ class _Source:
         ref = resolve_model(cfg.model)
         self.kind = ref.format
         self.script = None
-        if ref.format == "torchscript":  # any .pt / .pth: what it holds decides
+        if ref.format == "torch-file":  # any .pt / .pth: what it holds decides
             from infertune.export import torch_file
 
             kind, why = torch_file.kind_of(ref.path)
@@ -104,6 +104,7 @@ class _Source:
                 ref = resolve_model(str(torch_file.state_dict_model_dir(ref.path, cfg.config)))
                 self.kind = "state_dict"
             else:
+                self.kind = "torchscript"
                 self._load_script(ref.path)
                 return
         self._load_hf(ref)
@@ -201,7 +202,7 @@ def export(cfg: ExportConfig) -> ExportResult:
     out = Path(cfg.out or _default_out(cfg.model, cfg.to))
     wl = load_workload(cfg.workload)
     ref = resolve_model(cfg.model)
-    if ref.format not in ("torchscript",) and model_kind(ref, cfg.task).task == "generate":
+    if ref.format != "torch-file" and model_kind(ref, cfg.task).task == "generate":
         from infertune.export.generator import export_generator
 
         return export_generator(cfg, ref, wl, out, t0)
