@@ -255,6 +255,7 @@ def plan(cfg: PlanConfig) -> PlanResult:
     total = (cfg.gpu_memory_gib or g["memory_gib"]) * GIB
     wl: dict[str, Any] = {}
     prompts: list[int] = []
+    outs: list[int] = []
     if cfg.workload:
         from infertune.plan.workload import request_lengths
 
@@ -269,7 +270,10 @@ def plan(cfg: PlanConfig) -> PlanResult:
     context = cfg.context or (int(math.ceil(wl["total_max"] / 256) * 256) if wl else min(a.max_positions or 8192, 8192))
     if not cfg.context and not wl:
         notes.append(f"no --context or --workload: planning for {context} tokens per sequence")
-    if a.max_positions and context > a.max_positions:
+    if a.max_positions and context > a.max_positions and cfg.context:
+        notes.append(f"--context {context} exceeds the model's max_position_embeddings {a.max_positions}: vLLM refuses "
+                     "it unless the model has rope scaling for it (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)")
+    elif a.max_positions and context > a.max_positions:
         lens = [p + o for p, o in zip(prompts, outs, strict=False)] if outs else prompts
         over = sum(1 for n in lens if n > a.max_positions)
         notes.append(f"context capped at the model's {a.max_positions} positions (max_position_embeddings, not "
