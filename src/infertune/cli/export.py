@@ -49,10 +49,10 @@ def export_cmd(
               highlight=False)
     for b in r.buckets:
         con.print(f"  {b.bucket:>8} tokens: {b.items:>3} inputs in {b.batches} padded batches, cosine min "
-                  f"{b.min_cosine:.6f} mean {b.mean_cosine:.6f}", highlight=False)
+                  f"{b.min_cosine:.7f} mean {b.mean_cosine:.7f}", highlight=False)
     if r.min_cosine is not None:
         verdict = "[green]passed[/]" if r.passed else "[red]FAILED[/]"
-        con.print(f"check {verdict}: min cosine {r.min_cosine:.6f} (needs >= {r.min_cosine_required}) over "
+        con.print(f"check {verdict}: min cosine {r.min_cosine:.7f} (needs >= {r.min_cosine_required}) over "
                   f"{sum(b.items for b in r.buckets)} inputs of {r.workload}", highlight=False)
     for n in r.notes:
         con.print(f"[dim]note: {n}[/]", highlight=False)

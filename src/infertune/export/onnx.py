@@ -57,7 +57,12 @@ def export_encoder(spec: EmbeddingSpec, out: Path, opset: int = OPSET, dummy: di
         args = tuple(torch.ones(2, 8, dtype=torch.long) for _ in names)
     else:
         args = tuple(torch.from_numpy(np.asarray(dummy[n], dtype=np.int64)) for n in names)
-    return _onnx_export(Pooled().eval(), names, args, out, opset)
+    # the ONNX exporter will not trace into a loaded ScriptModule from a plain module; torch.jit.trace does,
+    # and gives one ScriptModule (the loaded graph plus the pooling) that it exports as it is
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        whole = torch.jit.trace(Pooled().eval(), args, check_trace=False)
+    return _onnx_export(whole, names, args, out, opset)
 
 
 def export_torchscript(module: Any, names: list[str], pooling: str, dummy: dict, out: Path,
@@ -82,7 +87,12 @@ def export_torchscript(module: Any, names: list[str], pooling: str, dummy: dict,
             return h.float()
 
     args = tuple(torch.from_numpy(np.asarray(dummy[n], dtype=np.int64)) for n in names)
-    return _onnx_export(Pooled().eval(), names, args, out, opset)
+    # the ONNX exporter will not trace into a loaded ScriptModule from a plain module; torch.jit.trace does,
+    # and gives one ScriptModule (the loaded graph plus the pooling) that it exports as it is
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        whole = torch.jit.trace(Pooled().eval(), args, check_trace=False)
+    return _onnx_export(whole, names, args, out, opset)
 
 
 def verify_export(onnx_path: Path, spec: EmbeddingSpec, texts: list[str], min_cos: float = 0.9999) -> dict:
