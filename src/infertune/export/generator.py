@@ -18,7 +18,7 @@ DEFAULT_BATCH = 8  # trtllm-build's own default for --max_batch_size
 
 
 def export_generator(cfg: Any, ref: Any, wl: Any, out: Path, t0: float):
-    from infertune.export.run import ExportResult
+    from infertune.export.config import ExportResult
     from infertune.export.tensorrt import script, trtllm_steps
     from infertune.llm.workload import load_chat_workload
     from infertune.plan.arch import arch_from_config, load_config

@@ -7,16 +7,22 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from infertune.export.tensorrt import (length_profiles, script, tool_flags, trtexec_bench, trtexec_build,
-                                       trtllm_steps)
+from infertune.export.tensorrt import (
+    length_profiles,
+    script,
+    tool_flags,
+    trtexec_bench,
+    trtexec_build,
+    trtllm_steps,
+)
 from infertune.plan.planner import PlanConfig, plan
 from infertune.workload import sample_path
 
