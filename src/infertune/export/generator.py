@@ -21,12 +21,13 @@ def export_generator(cfg: Any, ref: Any, wl: Any, out: Path, t0: float):
     from infertune.export.config import ExportResult
     from infertune.export.tensorrt import script, trtllm_steps
     from infertune.llm.workload import load_chat_workload
+    from infertune.models.kind import config_file
     from infertune.plan.arch import arch_from_config, load_config
 
     if ref.format == "gguf":
         raise InfertuneError(f"{cfg.model} is a GGUF file: TensorRT-LLM converts Hugging Face checkpoints; pass the "
                              "model's Hugging Face directory")
-    a = arch_from_config(load_config(ref.path))
+    a = arch_from_config(load_config(config_file(ref)))
     requests, source = load_chat_workload(cfg.workload)
     notes = []
     try:

@@ -97,3 +97,12 @@ def test_state_dict_without_config_and_pickled_model_are_one_line(tmp_path):
     torch.save(torch.nn.Linear(2, 2), pickled)
     with pytest.raises(InfertuneError, match=r"unsafe.*TorchScript"):
         export(ExportConfig(model=str(pickled), to="onnx", out=tmp_path / "o2"))
+
+
+def test_a_causal_lm_gets_the_tensorrt_llm_script_and_no_onnx(tmp_path):
+    llama = Path(__file__).parents[1] / "configs" / "llama-3-8b.json"
+    r = export(ExportConfig(model=str(llama), out=tmp_path / "llama"))
+    assert r.path is None and r.buckets == [] and "model.onnx" not in r.files
+    text = Path(r.tensorrt_script).read_text()
+    assert "trtllm-build" in text and "trtllm-serve" in text and "trtexec" not in text
+    subprocess.run(["bash", "-n", r.tensorrt_script], check=True)
