@@ -7,7 +7,8 @@ functions that need them.
 Library: `infertune.tune(TuneConfig(...))`, `infertune.serve(ServeConfig(...))`,
 `infertune.bench(BenchConfig(...))`, `infertune.validate(ValidateConfig(...))`,
 `infertune.plan(PlanConfig(...))`, `infertune.doctor(DoctorConfig(...))`,
-`infertune.inspect_model(InspectConfig(...))`, `infertune.explain(ExplainConfig(...))`. They stay
+`infertune.inspect_model(InspectConfig(...))`, `infertune.explain(ExplainConfig(...))`,
+`infertune.export(ExportConfig(...))`. They stay
 callable after their subpackages are imported (`infertune/_api.py` says how).
 """
 
@@ -21,12 +22,13 @@ from infertune.errors import InfertuneError
 
 __version__ = "0.1.0"
 __all__ = ["InfertuneError", "__version__", "tune", "serve", "bench", "validate", "plan", "doctor", "inspect_model",
-           "explain", "deploy"]
+           "explain", "deploy", "export"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from infertune.bench.runner import bench
     from infertune.doctor.checks import doctor
     from infertune.doctor.explain import explain
+    from infertune.export.run import export
     from infertune.inspect import inspect_model
     from infertune.plan.planner import plan
     from infertune.serve.app import serve

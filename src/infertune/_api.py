@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     "plan": ("infertune.plan.planner:plan", "infertune.plan"),
     "validate": ("infertune.validate.runner:validate", "infertune.validate"),
     "deploy": ("infertune.deploy.emit:deploy", "infertune.deploy"),
+    "export": ("infertune.export.run:export", "infertune.export"),
     "inspect_model": ("infertune.inspect:inspect_model", None),
     "explain": ("infertune.doctor.explain:explain", None),
 }

@@ -122,6 +122,8 @@ class TuneConfig(BaseModel):
     # embeddings: after the tune, serve the artifact and these peers (vllm) and measure them side by side
     peers: list[str] = []
     write_artifact: bool = True
+    # keep every candidate's exported files (ONNX exports, quantized ONNX) in <out>/exports instead of deleting them
+    keep_exports: bool = False
     sensitivity: bool = True
     lm_accuracy: LMAccuracyBudget = LMAccuracyBudget()  # causal LMs (issue 6)
     lm_batches: tuple[int, ...] = Field((1, 8, 32), description="causal LMs: decode batch sizes for TPOT")

@@ -25,6 +25,7 @@ NEEDS: dict[str, list[tuple[str, str]]] = {
     "validate-start": [*_BENCH, *_SERVE, *_TORCH],
     "inspect": [("torch", "torch"), ("transformers", "torch")],
     "inspect_model": [("torch", "torch"), ("transformers", "torch")],
+    "export": [*_TORCH[:2], ("onnx", "onnx"), ("onnxruntime", "onnx")],  # --to openvino: + [openvino], checked there
     "plan": [],
     "doctor": [],
     "explain": [],

@@ -1,6 +1,7 @@
 """ONNX Runtime: export once (verified against PyTorch), optionally quantize to int8 (dynamic, or static
-QDQ with activation ranges calibrated on the workload's calibration texts), run with the best provider
-available (CUDA/TensorRT providers when installed, else CPU)."""
+QDQ with activation ranges calibrated on the workload's calibration texts), run on the CPU provider, or on
+CUDA's on a GPU when this onnxruntime build has it. The TensorRT execution provider is not used: the TensorRT
+route is `infertune export` + the trtexec script it writes (export/tensorrt.py)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ Examples:
 
 Batching: items are tokenized, length-sorted within a short window and packed while items x longest <= --batch-tokens (and, on CPU, padded/real tokens <= --max-padding), waiting at most --max-wait-ms for company. With --max-queue requests in flight the next one gets 429 with Retry-After. Over-length input gets 400 naming the limit unless --truncate. SIGTERM/SIGINT: /ready fails, connections are still accepted for --drain-s, then everything accepted is answered and the process exits 0 (a second signal stops at once).
 
-Processes: on CPU one process by default (HTTP + tokenizer threads + the model). With --frontends N (default on GPUs: half the cores, at most 8 per GPU) N frontend processes share the port (HTTP, JSON, tokenization, rendering) and one engine process per device (--devices) owns the model and the batching; a dead engine is restarted, /metrics adds up every process. --ceiling measures the forward-only items/s to compare a bench run with."""
+Processes: on CPU one process by default (HTTP + tokenizer threads + the model). With --frontends N (default on GPUs: all cores but two per GPU and two more, at most 12 per GPU) N frontend processes share the port (HTTP, JSON, tokenization, rendering) and one engine process per device (--devices) owns the model and the batching; a dead engine is restarted, /metrics adds up every process. --ceiling measures the forward-only items/s to compare a bench run with."""
 
 
 def parse_prompts(items: list[str] | None) -> dict[str, str]:
@@ -71,7 +71,7 @@ def serve_cmd(
     truncate: Annotated[bool, typer.Option("--truncate/--reject-long", help="truncate over-length input to the model's limit instead of answering 400")] = False,
     graceful_timeout_s: Annotated[float, Duration("on SIGTERM, how long to wait for in-flight requests")] = 60.0,
     drain_s: Annotated[float, Duration("on SIGTERM, /ready fails at once but new connections are still accepted (and answered) for this long before the graceful shutdown, so a load balancer can stop routing here", "--drain-s")] = 2.0,
-    frontends: Annotated[int | None, typer.Option(help="HTTP/tokenizer processes sharing the port (default 1 on CPU; on GPUs half the cores, <= 8 per GPU). More than one, or several --devices, runs the model in engine processes")] = None,
+    frontends: Annotated[int | None, typer.Option(help="HTTP/tokenizer processes sharing the port (default 1 on CPU; on GPUs all cores but two per GPU and two more, <= 12 per GPU). More than one, or several --devices, runs the model in engine processes")] = None,
     devices: Annotated[str | None, typer.Option(help="with --device cuda: GPUs to serve on, one engine process each, e.g. 0,1 (default: every visible GPU)")] = None,
     strict_host: Annotated[bool, typer.Option("--strict-host", help="refuse (exit 2) to serve an artifact tuned on a host that differs from this one in what its engine uses (CPU features, GPU compute capability or product, engine version); without it serve prints the difference and the tune command to run here")] = False,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "warning",

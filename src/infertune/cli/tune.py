@@ -47,6 +47,7 @@ def tune_cmd(
     lm_time_budget: Annotated[float, Duration("causal LMs: the default --time-budget (halved with --quick)")] = 540,
     time_budget: Annotated[float | None, Duration("wall-clock budget of the whole run, honoured within ~10%: every stage scales to it and candidates that cannot start in time are skipped with that reason. Default: 5m (2.5m with --quick) for embeddings on CPU, 3m on GPU, --lm-time-budget for causal LMs")] = None,
     drop_below: Annotated[float, typer.Option(help="successive halving: drop a candidate whose short probe runs below this fraction of the best verified probe so far (0 keeps every candidate)")] = _default("drop_below"),
+    keep_exports: Annotated[bool, typer.Option(help="keep every candidate's exported files (ONNX, quantized ONNX) in <out>/exports; by default only the winner's artifact stays")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print results.json to stdout; humans read stderr")] = False,
 ) -> None:
     """Measure candidates (engine x precision x batching) chosen for this host on your workload, verify
@@ -76,7 +77,7 @@ def tune_cmd(
         peers=[p.strip() for p in (peers or "").split(",") if p.strip()],
         lm_accuracy=LMAccuracyBudget(max_ppl_delta_rel=max_ppl_delta, min_top1_agreement=min_top1),
         lm_batches=_batches(lm_batches), lm_time_budget_s=lm_time_budget, time_budget_s=time_budget,
-        drop_below=drop_below,
+        drop_below=drop_below, keep_exports=keep_exports,
     )
     result = tune(cfg)
     from infertune.report import print_summary

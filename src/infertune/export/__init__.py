@@ -1,1 +1,1 @@
-"""Exporters: ONNX (with output verification) and TensorRT engine plans."""
+"""Exporters: ONNX / OpenVINO IR checked against the original (`infertune export`), and TensorRT steps."""

@@ -1,4 +1,4 @@
-"""Export an encoder + pooling to ONNX (opset >= 17, dynamic batch and sequence axes) and verify
+"""Export an encoder + pooling (or a TorchScript module) to ONNX (opset >= 17, dynamic batch and sequence axes) and verify
 that ONNX Runtime reproduces PyTorch on real batches before anyone uses it."""
 
 from __future__ import annotations
@@ -17,8 +17,25 @@ from infertune.verify import row_cosines
 OPSET = 17
 
 
-def export_encoder(spec: EmbeddingSpec, out: Path, opset: int = OPSET) -> dict[str, Any]:
-    """Write `out` (model.onnx) whose output `pooled` is the un-normalised pooled embedding."""
+def _onnx_export(module, names: list[str], dummy: tuple, out: Path, opset: int) -> dict[str, Any]:
+    """torch.onnx.export with dynamic batch and sequence axes on every input and a dynamic batch on `pooled`."""
+    import torch
+
+    axes = {n: {0: "batch", 1: "sequence"} for n in names}
+    axes["pooled"] = {0: "batch"}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, dummy, str(out), input_names=names, output_names=["pooled"],
+                          dynamic_axes=axes, opset_version=opset, dynamo=False)
+    return {"path": str(out), "opset": opset, "inputs": names, "export_s": round(time.perf_counter() - t0, 2),
+            "size_mb": round(out.stat().st_size / 2**20, 1)}
+
+
+def export_encoder(spec: EmbeddingSpec, out: Path, opset: int = OPSET, dummy: dict | None = None) -> dict[str, Any]:
+    """Write `out` (model.onnx) whose output `pooled` is the un-normalised pooled embedding. `dummy` (input name
+    -> int64 array, e.g. a real batch of the workload) is what the export traces; default a 2 x 8 batch of ones."""
     import torch
 
     # eager attention exports to plain MatMul/Softmax, which ORT fuses and runs faster than the SDPA export
@@ -36,17 +53,46 @@ def export_encoder(spec: EmbeddingSpec, out: Path, opset: int = OPSET) -> dict[s
             return pool(h, attention_mask, spec.pooling)
 
     names = ["input_ids", "attention_mask"] + (["token_type_ids"] if use_tt else [])
-    dummy = tuple(torch.ones(2, 8, dtype=torch.long) for _ in names)
-    axes = {n: {0: "batch", 1: "sequence"} for n in names}
-    axes["pooled"] = {0: "batch"}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    with warnings.catch_warnings():
+    if dummy is None:
+        args = tuple(torch.ones(2, 8, dtype=torch.long) for _ in names)
+    else:
+        args = tuple(torch.from_numpy(np.asarray(dummy[n], dtype=np.int64)) for n in names)
+    # the ONNX exporter will not trace into a loaded ScriptModule from a plain module; torch.jit.trace does,
+    # and gives one ScriptModule (the loaded graph plus the pooling) that it exports as it is
+    with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(Pooled().eval(), dummy, str(out), input_names=names, output_names=["pooled"],
-                          dynamic_axes=axes, opset_version=opset, dynamo=False)
-    return {"path": str(out), "opset": opset, "inputs": names, "export_s": round(time.perf_counter() - t0, 2),
-            "size_mb": round(out.stat().st_size / 2**20, 1)}
+        whole = torch.jit.trace(Pooled().eval(), args, check_trace=False)
+    return _onnx_export(whole, names, args, out, opset)
+
+
+def export_torchscript(module: Any, names: list[str], pooling: str, dummy: dict, out: Path,
+                       opset: int = OPSET) -> dict[str, Any]:
+    """A TorchScript module (torch.jit.load) to ONNX with the same `pooled` output as export_encoder: its first
+    output, pooled with `pooling` when it is per token ([B, T, H]), as it is when already pooled ([B, H])."""
+    import torch
+
+    mask_at = names.index("attention_mask") if "attention_mask" in names else None
+
+    class Pooled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = module
+
+        def forward(self, *args):
+            h = self.m(*args)
+            h = h[0] if isinstance(h, tuple | list) else h
+            if h.dim() == 3:
+                mask = args[mask_at] if mask_at is not None else torch.ones(h.shape[:2], dtype=torch.long)
+                return pool(h, mask, pooling)
+            return h.float()
+
+    args = tuple(torch.from_numpy(np.asarray(dummy[n], dtype=np.int64)) for n in names)
+    # the ONNX exporter will not trace into a loaded ScriptModule from a plain module; torch.jit.trace does,
+    # and gives one ScriptModule (the loaded graph plus the pooling) that it exports as it is
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        whole = torch.jit.trace(Pooled().eval(), args, check_trace=False)
+    return _onnx_export(whole, names, args, out, opset)
 
 
 def verify_export(onnx_path: Path, spec: EmbeddingSpec, texts: list[str], min_cos: float = 0.9999) -> dict:

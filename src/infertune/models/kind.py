@@ -84,8 +84,8 @@ def model_kind(ref: ModelRef, task: str | None = None) -> ModelKind:
         if emb is not None:
             return ModelKind("embed", emb.get("arch", "encoder"), "an infertune embedding artifact")
         return ModelKind("generate", "decoder", "an infertune causal-LM artifact")
-    if ref.format == "torchscript":
-        return ModelKind("embed", "encoder", "a TorchScript file")
+    if ref.format == "torch-file":
+        return ModelKind("embed", "encoder", "a PyTorch .pt/.pth file (export reads what it holds)")
     cfg = _config(ref)
     decoder = is_decoder_config(cfg)
     arch: Arch = "decoder" if decoder else "encoder"

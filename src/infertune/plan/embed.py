@@ -112,6 +112,20 @@ def vllm_pooling_cmd(model: str, *, decoder: bool, max_model_len: int, batch_tok
     return shlex.join(parts)
 
 
+def trt_steps(onnx: str, lengths: list[int], cap: int, tokens: int, inputs: tuple[str, ...], precision: str,
+              g: dict) -> dict[str, Any]:
+    """trtexec build (a profile per length bucket, capped at `cap`) and benchmark lines, as export writes them."""
+    from infertune.export.tensorrt import length_profiles, one_line, trtexec_bench, trtexec_build
+
+    profiles, _ = length_profiles(lengths, cap, tokens)
+    workspace = int(min(4096, g["memory_gib"] * 1024 // 8))  # an eighth of the GPU, at most 4 GiB
+    engine = onnx.rsplit(".", 1)[0] + ".plan"
+    # export writes model.onnx in its --out directory
+    build = trtexec_build("model.onnx", engine, profiles, inputs, precision, workspace)
+    return {"build": one_line(build), "bench": one_line(trtexec_bench(engine, profiles[0], inputs)),
+            "profiles": len(profiles)}
+
+
 def roofline(a: Arch, g: dict, dtype: str, tokens: int, length: int, decoder: bool) -> dict[str, Any]:
     fpt = flops_per_token(a, length, decoder)
     io = io_bytes_per_token(a, dtype)
@@ -129,16 +143,22 @@ def roofline(a: Arch, g: dict, dtype: str, tokens: int, length: int, decoder: bo
 
 
 def plan_embedding(cfg, a: Arch, kind, raw: dict[str, Any], g: dict, total: float, wl: dict[str, Any],
-                   notes: list[str], location: tuple[str, str]) -> dict[str, Any]:
+                   notes: list[str], location: tuple[str, str], lengths: list[int] | None = None) -> dict[str, Any]:
     """The fields of a PlanResult for an embedder (the caller builds the result); `location` is
-    planner.model_location's (name, directory)."""
-    from infertune.plan.commands import docker_cmd, trtexec_cmd
+    planner.model_location's (name, directory); `lengths` the workload's input lengths in tokens."""
+    from infertune.plan.commands import docker_cmd
+
+    lengths = lengths or []
 
     decoder = kind.arch == "decoder"
     name, model_dir = location
     if not Path(cfg.model).expanduser().exists():  # an alias (minilm): its files sit in a directory named "model"
         name = Path(cfg.model).name
     st_len = st_max_seq_length(model_dir)
+    # the longest input the model reads: its position table, and sentence-transformers' max_seq_length below it
+    limit = min(x for x in (a.max_positions, st_len, 1 << 30) if x)
+    why_limit = "sentence_bert_config.json's max_seq_length" if st_len and st_len <= (a.max_positions or st_len) \
+        else "max_position_embeddings"
     if cfg.context:
         context = cfg.context
     elif wl:
@@ -149,8 +169,12 @@ def plan_embedding(cfg, a: Arch, kind, raw: dict[str, Any], g: dict, total: floa
     else:
         context = min(a.max_positions or 8192, 8192)
         notes.append(f"no --context or --workload: planning for inputs up to {context} tokens")
-    if a.max_positions and context > a.max_positions:
-        notes.append(f"context {context} exceeds the model's max_position_embeddings {a.max_positions}")
+    if context > limit:
+        over = sum(1 for n in lengths if n > limit)
+        which = (f"{over} of {len(lengths)} workload inputs are longer and would be truncated there (infertune serve --truncate, vLLM truncate_prompt_tokens) or refused") if lengths \
+            else "longer inputs would be truncated or refused"
+        notes.append(f"inputs capped at {limit} tokens, the model's limit ({why_limit}): {which}")
+        context = limit
     tokens = max(cfg.max_num_batched_tokens or DEFAULT_TOKENS, context)
     if (cfg.gpus or 1) > 1 or (cfg.tensor_parallel_size or 1) > 1:
         notes.append("an embedder is planned on one GPU (tensor parallel only adds all-reduces): with more GPUs run "
@@ -191,16 +215,14 @@ def plan_embedding(cfg, a: Arch, kind, raw: dict[str, Any], g: dict, total: floa
         serve += ["--task", "embed"]
     serve_cmd = shlex.join(serve)
     onnx = f"{name}.onnx"
-    export = shlex.join(["python", "-c", "from pathlib import Path; from infertune.models.embedding import "
-                         "embedding_spec; from infertune.export.onnx import export_encoder; "
-                         f'export_encoder(embedding_spec({json.dumps(model_dir)}, task="embed"), Path({json.dumps(onnx)}))'])
-    lo = max(1, int(wl.get("prompt_p0", 1)))
-    per_tok = act / tokens if tokens else 0.0
-    room = usable - a.weights_bytes(dtype) - non_torch
-    max_batch = max(1, min(tokens // length, int(room // (context * per_tok)) if per_tok else tokens // length))
-    opt_batch = max(1, min(max_batch, tokens // length))
-    trt = trtexec_cmd(onnx, min_len=lo, opt_len=max(length, lo), max_len=context, opt_batch=opt_batch,
-                      max_batch=max_batch, dtype="fp16", inputs=tuple(inputs))
+    exp = ["infertune", "export", cfg.model, "--to", "onnx", "--out", f"{name}-onnx"]
+    if cfg.workload:
+        exp += ["--workload", str(cfg.workload)]
+    if kind.why.startswith("--task"):
+        exp += ["--task", "embed"]
+    export = shlex.join(exp)
+    trt = trt_steps(onnx, [min(n, context) for n in lengths], context, tokens, tuple(inputs),
+                    "bf16" if dtype == "bf16" else "fp16", g)
     why_serve = (("dynamic batching of variable-length requests under a token budget; on a GPU a decoder's batches "
                   "run padding-free (FlashAttention varlen) as CUDA graphs (H200, Qwen3-Embedding-0.6B shape, "
                   "concurrency 64: 75% of the forward-only ceiling)" if decoder else
@@ -214,11 +236,14 @@ def plan_embedding(cfg, a: Arch, kind, raw: dict[str, Any], g: dict, total: floa
                     "inputs do not stall short ones (best for long or mixed-length inputs)" if decoder else
                     "; for an encoder (bidirectional attention) vLLM turns chunked prefill and prefix caching off, and "
                     "its docs say pooling support is for convenience, not a speed-up over Sentence Transformers")
-                + f"; --gpu-memory-utilization {util:g} instead of the default 0.9, which would reserve most of the "
-                "GPU for a cache an embedder does not need")
-    why_trt = (f"a TensorRT engine compiled for this GPU and the input range (inputs: {', '.join(inputs)}; batch 1-"
-               f"{max_batch}, length {lo}-{context}) gives the lowest latency when shapes are known; it must be rebuilt "
-               "per GPU and shape range, and batching is left to the server in front of it")
+                + (f"; --gpu-memory-utilization {util:g} instead of vLLM's default 0.9, which would reserve most of "
+                   "the GPU for a cache an embedder does not need" if util < 0.9 else
+                   f"; --gpu-memory-utilization {util:g}: the weights and batch activations need that much"))
+    why_trt = (f"a TensorRT engine compiled for this GPU with one optimisation profile per input-length bucket "
+               f"({trt['profiles']} profiles over lengths 1-{context}, every input named: {', '.join(inputs)}) gives "
+               "the lowest latency when shapes are known; `infertune export` writes and checks the ONNX (and "
+               "tensorrt.sh with these steps); the engine must be rebuilt per GPU and shape range, and batching and "
+               "picking the profile are left to the server in front of it (infertune serve does not run TensorRT)")
     if cfg.fixed_shapes:
         chosen = "tensorrt"
     elif decoder and (a.params() > 1e9 or context > 2048):
@@ -227,7 +252,8 @@ def plan_embedding(cfg, a: Arch, kind, raw: dict[str, Any], g: dict, total: floa
         chosen = "infertune-serve"
     engines = [EngineOption(name="infertune-serve", command=serve_cmd, why=why_serve),
                EngineOption(name="vllm-pooling", command=vcmd, why=why_vllm),
-               EngineOption(name="tensorrt", command=f"{export} && {trt}", why=why_trt)]
+               EngineOption(name="tensorrt", command=f"{export} && cd {shlex.quote(name + '-onnx')} && {trt['build']}",
+                            why=why_trt)]
     for e in engines:
         e.chosen = e.name == chosen
     reason = {"tensorrt": "--fixed-shapes: inputs of known shape, so a compiled engine",
@@ -254,6 +280,7 @@ def plan_embedding(cfg, a: Arch, kind, raw: dict[str, Any], g: dict, total: floa
         "engine_name": chosen, "engine_reasons": [reason, next(e.why for e in engines if e.chosen)],
         "memory_budget": {"total": total, "requested": usable, "weights": float(a.weights_bytes(dtype)),
                           "activation_peak": float(act), "non_torch": float(non_torch)},
-        "commands": {"infertune-serve": serve_cmd, "vllm-pooling": vcmd, "onnx-export": export, "trtexec": trt,
+        "commands": {"infertune-serve": serve_cmd, "vllm-pooling": vcmd, "onnx-export": export,
+                     "trtexec": trt["build"], "trtexec-bench": trt["bench"],
                      "docker": docker_cmd(model_dir, name, vcmd, 1, 1)},
     }

@@ -221,8 +221,8 @@ def _kind(cfg: PlanConfig):
 
 
 def _embed_result(cfg: PlanConfig, a: Arch, kind, raw: dict, g: dict, total: float, wl: dict,
-                  notes: list[str]) -> PlanResult:
-    e = plan_embedding(cfg, a, kind, raw, g, total, wl, notes, model_location(cfg.model))
+                  notes: list[str], lengths: list[int]) -> PlanResult:
+    e = plan_embedding(cfg, a, kind, raw, g, total, wl, notes, model_location(cfg.model), lengths)
     return PlanResult(
         model=str(cfg.model), gpu=g, context=e["context"], concurrency=cfg.concurrency or 1, dtype=e["dtype"],
         kv_cache_dtype="none", params=a.params(), params_active=a.params(active=True),
@@ -237,7 +237,7 @@ def _embed_result(cfg: PlanConfig, a: Arch, kind, raw: dict, g: dict, total: flo
 
 def plan(cfg: PlanConfig) -> PlanResult:
     """Size a vLLM deployment of `cfg.model` on `cfg.gpu` (config-only: no weights, no torch)."""
-    from infertune.plan.commands import docker_cmd, trtexec_cmd, vllm_cmd
+    from infertune.plan.commands import docker_cmd, vllm_cmd
 
     raw = load_config(cfg.model)
     a = arch_from_config(raw)
@@ -255,21 +255,31 @@ def plan(cfg: PlanConfig) -> PlanResult:
     total = (cfg.gpu_memory_gib or g["memory_gib"]) * GIB
     wl: dict[str, Any] = {}
     prompts: list[int] = []
+    outs: list[int] = []
     if cfg.workload:
         from infertune.plan.workload import request_lengths
 
-        prompts, outs, how = request_lengths(cfg.workload)
+        prompts, outs, how = request_lengths(cfg.workload, tokenizer_dir=model_location(cfg.model)[1])
         lens = [p + o for p, o in zip(prompts, outs, strict=False)] if outs else prompts
         wl = {"source": str(cfg.workload), "requests": len(prompts), "lengths": how,
               **{f"prompt_p{q}": _pct(prompts, q) for q in (0, 50, 90, 99, 100)},
               "total_p99": _pct(lens, 99), "total_max": max(lens)}
+        notes.append(f"workload {cfg.workload}: {len(prompts)} requests, lengths {how}")
     if kind.task == "embed":
-        return _embed_result(cfg, a, kind, raw, g, total, wl, notes)
+        return _embed_result(cfg, a, kind, raw, g, total, wl, notes, prompts)
     context = cfg.context or (int(math.ceil(wl["total_max"] / 256) * 256) if wl else min(a.max_positions or 8192, 8192))
     if not cfg.context and not wl:
         notes.append(f"no --context or --workload: planning for {context} tokens per sequence")
-    if a.max_positions and context > a.max_positions:
-        notes.append(f"context {context} exceeds the model's max_position_embeddings {a.max_positions}")
+    if a.max_positions and context > a.max_positions and cfg.context:
+        notes.append(f"--context {context} exceeds the model's max_position_embeddings {a.max_positions}: vLLM refuses "
+                     "it unless the model has rope scaling for it (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)")
+    elif a.max_positions and context > a.max_positions:
+        lens = [p + o for p, o in zip(prompts, outs, strict=False)] if outs else prompts
+        over = sum(1 for n in lens if n > a.max_positions)
+        notes.append(f"context capped at the model's {a.max_positions} positions (max_position_embeddings, not "
+                     f"{context}): " + (f"{over} of {len(lens)} workload requests need more and would be truncated "
+                                        "or refused" if lens else "longer sequences would be refused"))
+        context = a.max_positions
     conc = cfg.concurrency or 1
     big = total >= 70 * GIB and "a100" not in g["name"].lower()  # vLLM's serve defaults (EngineArgs.get_batch_defaults)
     batched = cfg.max_num_batched_tokens or (8192 if big else 2048)
@@ -359,15 +369,16 @@ def plan(cfg: PlanConfig) -> PlanResult:
                     util=cfg.gpu_memory_utilization, tp=use_tp, kv_dtype=kv_dt, dtype=dtype, pp=pp)
     if a.experts:
         notes += moe_notes(a, use_tp * pp)
-    lo = wl.get("prompt_p0", 1)
-    hi = max(wl.get("prompt_p99", context), lo)
-    commands = {
-        "vllm": vcmd,
-        "trtexec": trtexec_cmd(f"{name}.onnx", min_len=lo, opt_len=max(wl.get("prompt_p50", hi // 2), lo), max_len=hi,
-                               opt_batch=max(1, min(conc, 8)), max_batch=max(1, conc),
-                               dtype="fp16" if dtype in ("bf16", "int4") else dtype),
-        "docker": docker_cmd(model_dir, name, vcmd, use_tp, use_tp),
-    }
+    from infertune.export.tensorrt import one_line, trtllm_steps
+
+    max_input = min(wl.get("prompt_p100", context), context)
+    trt = trtllm_steps(model_dir, a.model_type, dtype, tp=use_tp, pp=pp, max_batch=max_seqs, max_input=max_input,
+                       max_seq=context, max_tokens=max(batched, max_input))
+    commands = {"vllm": vcmd, **{k: one_line(v) for k, v in trt.items()},
+                "docker": docker_cmd(model_dir, name, vcmd, use_tp, use_tp)}
+    notes.append("TensorRT-LLM (where it is installed; `infertune export MODEL` writes these steps as a script): "
+                 "$TRTLLM is a TensorRT-LLM checkout; the engine is built for this GPU, "
+                 f"{max_seqs} sequences, prompts up to {max_input} and sequences up to {context} tokens")
     if engine.name == "llama.cpp":
         commands["llama.cpp"] = llama_cpp_cmd(a, name, context, max_seqs, total * cfg.gpu_memory_utilization)
         ngl = int(commands["llama.cpp"].split(" -ngl ")[1].split()[0])

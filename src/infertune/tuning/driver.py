@@ -53,6 +53,19 @@ def write(result: TuneResult, out: Path) -> None:
     tmp.replace(out / "results.json")
 
 
+def _keep_or_drop_work(out: Path, keep: bool, result) -> None:
+    """The workers' shared folder (ONNX exports, quantized models) goes, unless --keep-exports moves it to
+    <out>/exports (results.json's `search.exports` then names it)."""
+    work = out / "work"
+    if keep and work.exists() and any(work.iterdir()):
+        dest = out / "exports"
+        shutil.rmtree(dest, ignore_errors=True)
+        work.rename(dest)
+        result.search["exports"] = str(dest)
+        return
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def make_task(cfg: TuneConfig, console, candidates=None):
     """The task for the model's family (embedding, causal LM)."""
     from infertune.models.kind import model_kind
@@ -129,7 +142,7 @@ def tune(config: TuneConfig | None = None, quiet: bool = False, candidates: list
             task.save_artifact(run, result, out)
     finally:
         run.stop()
-        shutil.rmtree(out / "work", ignore_errors=True)
+        _keep_or_drop_work(out, cfg.keep_exports, result)
     result.wall_s = round(time.perf_counter() - t0, 1)
     result.search["wall_s"] = result.wall_s
     if result.artifact:

@@ -75,12 +75,14 @@ def test_commands_have_the_planned_flags():
     assert r.engine.name == "vllm" and r.engine.reasons
 
 
-def test_trtexec_shapes_from_workload_percentiles(tmp_path):
+def test_tensorrt_llm_lengths_from_workload(tmp_path):
+    """A causal LM's TensorRT route is TensorRT-LLM (issue 30): no trtexec on an ONNX nothing writes."""
     wl = tmp_path / "w.jsonl"
     wl.write_text("".join(json.dumps({"prompt_tokens": n, "output_tokens": 16}) + "\n" for n in range(8, 108)))
     r = plan(PlanConfig(model=str(CONFIGS / "qwen3-0.6b.json"), gpu="L4", workload=wl, concurrency=4))
-    t = r.commands["trtexec"]
-    assert "--minShapes=input_ids:1x8" in t and "--optShapes=input_ids:4x57" in t and "--maxShapes=input_ids:4x106" in t
+    assert "trtexec" not in r.commands
+    t = r.commands["trtllm-build"]
+    assert "--max_input_len 107" in t and "--max_seq_len 256" in t and "--max_batch_size 4" in t
     assert r.context == 256  # max prompt + output (123) rounded up to 256
 
 
@@ -98,6 +100,6 @@ def test_plan_json_contract_and_unknown_gpu():
     for k in ("weights_bytes", "kv_bytes_per_token", "kv_cache_bytes", "kv_blocks", "max_concurrency",
               "tensor_parallel_size", "decode_step_ms_roofline"):
         assert k in d
-    assert set(d["engine"]) >= {"name", "reasons"} and set(d["commands"]) >= {"vllm", "trtexec", "docker"}
+    assert set(d["engine"]) >= {"name", "reasons"} and set(d["commands"]) >= {"vllm", "trtllm-build", "docker"}
     res = CliRunner().invoke(app, ["plan", LLAMA, "--gpu", "voodoo5"])
     assert res.exit_code != 0 and "unknown GPU" in str(res.exception)
