@@ -162,11 +162,22 @@ class TaskEval:
             r = retrieval(vec[:len(p.queries)], vec[len(p.queries):], p.positive)
             got["eval-pairs"] = {k: (v, True) for k, v in r.items()}
         if self.fn is not None:
+            engine: list[BaseException] = []
+
+            def engine_embed(texts: Sequence[str]) -> np.ndarray:
+                try:
+                    return embed(texts)
+                except BaseException as e:
+                    engine.append(e)
+                    raise
+
             try:
-                got[self.target] = parse_metrics(self.fn(embed), self.target)
+                got[self.target] = parse_metrics(self.fn(engine_embed), self.target)
             except InfertuneError:
                 raise
             except Exception as e:  # noqa: BLE001 - the user's function
+                if engine:  # the engine failed under the user's call: the run records that as the engine's failure
+                    raise engine[0] from None
                 if first:
                     raise InfertuneError(f"--eval {self.target} raised {type(e).__name__}: {e} (on the reference)") from e
                 errors[self.target] = f"{type(e).__name__}: {str(e)[:200]}"
