@@ -127,8 +127,9 @@ class TuneConfig(BaseModel):
     pooling: str | None = None  # override for plain HF encoders: mean | cls | last
     # embed | generate: what the model is for, when its files do not say (infertune.models.kind decides otherwise)
     task: Literal["embed", "generate"] | None = None
-    # embeddings: verify candidates on the first N dimensions (Matryoshka; what the user will request)
-    dimensions: int | None = Field(None, ge=1)
+    # embeddings: verify candidates on the first N dimensions (Matryoshka; what the user will request); "auto":
+    # the smallest prefix a Matryoshka model keeps within budget, chosen on the reference (tasks/embedding/dimensions)
+    dimensions: int | Literal["auto"] | None = None
     # embeddings, the user's own task: labelled (query, positive[, negatives]) pairs scored by recall@10 and MRR,
     # and a user's callable `module:function` (or `path/to/file.py:function`) that gets an embed function and
     # returns named metrics; both gated on their drop from the reference (AccuracyBudget)
@@ -157,6 +158,21 @@ class TuneConfig(BaseModel):
 
             raise InfertuneError(f"workload file {v} does not exist; pass a JSONL or text file, one item per line")
         return v
+
+    @field_validator("dimensions", mode="before")
+    @classmethod
+    def _dims(cls, v):
+        if v is None or v == "auto":
+            return v
+        try:
+            n = int(v)
+        except (TypeError, ValueError):
+            n = 0
+        if isinstance(v, bool) or n < 1 or (isinstance(v, float) and v != n):
+            from infertune.errors import InfertuneError
+
+            raise InfertuneError(f"--dimensions must be a positive whole number or auto, not {v!r}")
+        return n
 
     @field_validator("eval_pairs")
     @classmethod

@@ -191,6 +191,8 @@ class TuneResult(BaseModel):
     lm: dict[str, Any] = {}  # causal LMs: model facts, measured memory bandwidth, eval text size, greedy setup
     search: dict[str, Any] = {}  # stages, time per candidate, why each was or was not tried, batching search
     achievable: dict[str, Any] = {}  # when no winner: lowest P99, fastest within accuracy, flags to admit it
+    # --dimensions auto (embeddings): the prefix chosen on the reference, every prefix tried, what it saves
+    dimensions: dict[str, Any] = {}
     # --peers: the tuned artifact under `infertune serve` and engines users know (vLLM's pooling runner), each in
     # its own process, measured side by side over HTTP on the same texts (infertune.peers.PeerResult dicts)
     peers: list[dict[str, Any]] = []

@@ -52,7 +52,7 @@ def tune_cmd(
     max_eval_items: Annotated[int | None, typer.Option(help="cap on eval items (stratified by length)")] = None,
     pooling: Annotated[str | None, typer.Option(help="override pooling for plain HF encoders: mean|cls|max|last")] = None,
     task: Annotated[str | None, typer.Option(help="embed or generate, when the model's files do not say (a decoder embedder published as *ForCausalLM without modules.json: --task embed)")] = None,
-    dimensions: Annotated[int | None, typer.Option(help="embeddings: judge accuracy on the first N dimensions (Matryoshka), as clients will request them")] = None,
+    dimensions: Annotated[str | None, typer.Option(help="embeddings: judge accuracy on the first N dimensions (Matryoshka), as clients will request them; auto: the smallest prefix a Matryoshka-trained model keeps within budget (a model not trained for it keeps every dimension and is told what truncation costs)")] = None,
     peers: Annotated[str | None, typer.Option(help="embeddings: after tuning, serve the artifact with `infertune serve` and these engines (vllm: its pooling runner, from .venv-vllm or $INFERTUNE_VLLM_PYTHON) on the source model, each in its own process, and measure them side by side on the workload (results.json 'peers')")] = None,
     max_ppl_delta: Annotated[float, typer.Option(help="causal LMs: allowed perplexity rise vs the reference (0.02 = +2%)")] = 0.02,
     min_top1: Annotated[float, typer.Option(help="causal LMs: minimum next-token top-1 agreement with the reference")] = 0.97,

@@ -43,7 +43,7 @@ class EmbeddingTask(Task):
         _quiet_libraries()
         cfg = self.cfg
         self.spec = embedding_spec(self.ref, cfg.pooling, cfg.task)
-        if cfg.dimensions is not None and cfg.dimensions > self.spec.dim:
+        if isinstance(cfg.dimensions, int) and cfg.dimensions > self.spec.dim:
             from infertune.errors import InfertuneError
 
             raise InfertuneError(f"--dimensions {cfg.dimensions} is more than the model's {self.spec.dim}")
@@ -164,13 +164,15 @@ class EmbeddingTask(Task):
 
     def verify(self, worker, cand) -> tuple[Accuracy, bool, str]:
         """Cosine and top-10 vs the reference (verified first), pooled and per length bucket; the task metrics."""
+        from infertune.tasks.embedding.dimensions import judged_dims
         from infertune.verify import compare, unit, within_budget
 
         batching = cand.batching.model_dump()
         vec = worker.call("embed", batching=batching, subset=self.acc_idx)
         if self.ref_vectors is None:
             self.ref_vectors = vec
-        d = self.cfg.dimensions or vec.shape[1]  # Matryoshka: judged on the dims the user will ask for
+        # Matryoshka: judged on the dims the user will ask for (auto: chosen on the reference, the first call)
+        d = judged_dims(self, vec, lambda t: worker.call("embed", batching=batching, texts=list(t)))
         lengths = self.lengths if self.acc_idx is None else [self.lengths[i] for i in self.acc_idx]
         acc = compare(self.ref_vectors[:, :d], vec[:, :d], lengths=lengths)
         if self.task_eval:  # the user's own texts, on the same dims
