@@ -126,3 +126,14 @@ def test_auto_on_pairs_gates_the_recall_drop(tmp_path):
     by = {t["dims"]: t for t in d["tried"]}
     assert all(by[x]["ok"] == (by[x]["recall@10 drop"] <= 0.02) for x in by)
     assert chosen == min((x for x in by if all(by[y]["ok"] for y in by if y >= x)), default=384)
+
+
+def test_the_dimensions_option_takes_a_whole_number_or_auto():
+    import pytest
+
+    from infertune.errors import InfertuneError
+
+    assert TuneConfig(dimensions="256").dimensions == 256 and TuneConfig(dimensions="auto").dimensions == "auto"
+    for bad in ("abc", "0", -3, 2.5, True):
+        with pytest.raises(InfertuneError, match="positive whole number or auto"):
+            TuneConfig(dimensions=bad)
