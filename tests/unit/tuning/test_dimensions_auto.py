@@ -137,3 +137,13 @@ def test_the_dimensions_option_takes_a_whole_number_or_auto():
     for bad in ("abc", "0", -3, 2.5, True):
         with pytest.raises(InfertuneError, match="positive whole number or auto"):
             TuneConfig(dimensions=bad)
+
+
+def test_the_artifact_records_the_dims_accuracy_was_judged_on():
+    from infertune.artifact import _judged_dims
+
+    def res(want, chosen=None):
+        return SimpleNamespace(config={"dimensions": want}, dimensions={"chosen": chosen, "full": 384} if chosen else {})
+
+    assert _judged_dims(res(None)) is None and _judged_dims(res(256)) == 256
+    assert _judged_dims(res("auto", 128)) == 128 and _judged_dims(res("auto", 384)) is None
