@@ -197,3 +197,29 @@ def test_the_corpus_is_every_document_once(tmp_path):
 def test_a_missing_pairs_file_is_refused_before_anything_loads(tmp_path):
     with pytest.raises(InfertuneError, match="is not a file"):
         TuneConfig(eval_pairs=tmp_path / "nope.jsonl")
+
+
+def _cli(*args: str):
+    import subprocess
+
+    code = f"import sys; sys.argv = ['infertune', *{list(args)!r}]; from infertune.cli.main import main; main()"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_the_cli_refuses_a_missing_pairs_file_and_a_bad_target_in_one_line(tmp_path):
+    r = _cli("tune", "--eval-pairs", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "run"))
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "is not a file" in r.stderr, r.stderr
+    r = _cli("tune", "--eval", "no_colon", "--out", str(tmp_path / "run"))
+    assert r.returncode == 2 and "expected module:function" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_causal_lm_refuses_the_embedding_task_flags(tmp_path):
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from infertune.tuning.driver import make_task
+
+    llama = str(Path(__file__).parent / "configs" / "llama-3-8b.json")
+    with pytest.raises(InfertuneError, match="--eval-pairs and --eval score embeddings"):
+        make_task(TuneConfig(model=llama, eval_fn="m:f"), Console(quiet=True))
