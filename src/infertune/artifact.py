@@ -38,7 +38,7 @@ def write_manifest(path: Path, spec, candidate, result, saved: dict[str, Any]) -
             "padded_tokens_per_s": win.measurement.padded_tokens_per_s if win.measurement else None,
             "accuracy": win.accuracy.model_dump(),
             # the dimensions accuracy was judged on (tune --dimensions, Matryoshka); None: the full vector
-            "accuracy_dimensions": result.config.get("dimensions"),
+            "accuracy_dimensions": _judged_dims(result),
             "slo_p99_ms": result.config.get("slo", {}).get("p99_ms"),
             "threads": result.environment.threads,
             # the tokenization parallelism the figure above was measured with, and the frontends per GPU that
@@ -60,6 +60,16 @@ def write_manifest(path: Path, spec, candidate, result, saved: dict[str, Any]) -
     }
     (path / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return path / MANIFEST
+
+
+def _judged_dims(result) -> int | None:
+    """The dims accuracy was judged on: --dimensions N, the prefix --dimensions auto chose (None when it kept the
+    full vector), or None (the full vector)."""
+    want = result.config.get("dimensions")
+    if want != "auto":
+        return want
+    d = result.dimensions or {}
+    return d["chosen"] if d.get("chosen") and d.get("chosen") != d.get("full") else None
 
 
 def _tokenization(device: str) -> dict[str, int]:

@@ -26,6 +26,16 @@ class AccuracyBudget(BaseModel):
     min_cosine_mean: float = Field(0.995, ge=-1, le=1)
     min_cosine_min: float = Field(0.98, ge=-1, le=1)
     min_topk_overlap: float = Field(0.0, ge=0, le=1, description="top-10 neighbour agreement; 0 = not enforced")
+    # the pooled mean hides a drift on long texts: the mean cosine and the top-10 overlap are also checked in each
+    # length bucket of the eval split holding at least this many verified texts (the per-item minimum covers
+    # every text already; a mean over a handful of texts is one text's figure)
+    min_bucket_items: int = Field(20, ge=1, description="length buckets with fewer verified texts are shown, "
+                                  "not gated")
+    max_recall_drop: float = Field(0.01, ge=0, le=1, description=(
+        "--eval-pairs: recall@10 may fall this far below the reference's (absolute; 0.01 = one point)"))
+    max_eval_drop: float = Field(0.01, ge=0, description=(
+        "--eval module:function: each returned metric may be this much worse than the reference's, in the "
+        "metric's own units"))
 
 
 class LMAccuracyBudget(BaseModel):
@@ -117,8 +127,14 @@ class TuneConfig(BaseModel):
     pooling: str | None = None  # override for plain HF encoders: mean | cls | last
     # embed | generate: what the model is for, when its files do not say (infertune.models.kind decides otherwise)
     task: Literal["embed", "generate"] | None = None
-    # embeddings: verify candidates on the first N dimensions (Matryoshka; what the user will request)
-    dimensions: int | None = Field(None, ge=1)
+    # embeddings: verify candidates on the first N dimensions (Matryoshka; what the user will request); "auto":
+    # the smallest prefix a Matryoshka model keeps within budget, chosen on the reference (tasks/embedding/dimensions)
+    dimensions: int | Literal["auto"] | None = None
+    # embeddings, the user's own task: labelled (query, positive[, negatives]) pairs scored by recall@10 and MRR,
+    # and a user's callable `module:function` (or `path/to/file.py:function`) that gets an embed function and
+    # returns named metrics; both gated on their drop from the reference (AccuracyBudget)
+    eval_pairs: Path | None = None
+    eval_fn: str | None = None
     # embeddings: after the tune, serve the artifact and these peers (vllm) and measure them side by side
     peers: list[str] = []
     write_artifact: bool = True
@@ -143,4 +159,29 @@ class TuneConfig(BaseModel):
             from infertune.errors import InfertuneError
 
             raise InfertuneError(f"workload file {v} does not exist; pass a JSONL or text file, one item per line")
+        return v
+
+    @field_validator("dimensions", mode="before")
+    @classmethod
+    def _dims(cls, v):
+        if v is None or v == "auto":
+            return v
+        try:
+            n = int(v)
+        except (TypeError, ValueError):
+            n = 0
+        if isinstance(v, bool) or n < 1 or (isinstance(v, float) and v != n):
+            from infertune.errors import InfertuneError
+
+            raise InfertuneError(f"--dimensions must be a positive whole number or auto, not {v!r}")
+        return n
+
+    @field_validator("eval_pairs")
+    @classmethod
+    def _pairs_exist(cls, v: Path | None) -> Path | None:
+        if v is not None and not Path(v).is_file():
+            from infertune.errors import InfertuneError
+
+            raise InfertuneError(f"--eval-pairs {v} is not a file; pass a JSONL file, one "
+                                 '{"query": ..., "positive": ...} per line')
         return v

@@ -48,6 +48,10 @@ def print_summary(result: TuneResult) -> None:
     for r in order:
         if r.status in ("skipped", "failed", "rejected") and r.reason:
             con.print(f"  [dim]{r.status}[/] {r.name}: {r.reason}", highlight=False)
+    from infertune.accuracy_report import console_lines
+
+    for line in console_lines(result):
+        con.print(f"  {line}", highlight=False)
     for line in result.decision:
         con.print(line, highlight=False)
     print_search(result, con)
@@ -141,6 +145,19 @@ def _tables(result: TuneResult) -> str:
     return main + note + folded("More columns: stage, cost, median, pooled P99, max, top-10, memory, why tried", extra)
 
 
+def _accuracy_sections(result: TuneResult) -> str:
+    """Per length bucket (plot, then a table per candidate) and the user's task metrics, after the candidates."""
+    from infertune.accuracy_report import bucket_svg, bucket_tables, task_table
+
+    out = ""
+    if (tasks := task_table(result)):
+        out += f"<h2>Task metrics</h2>{tasks}"
+    svg, tables = bucket_svg(result), bucket_tables(result)
+    if svg or tables:
+        out += f"<h2>Accuracy per length bucket</h2>{svg or ''}{tables}"
+    return out
+
+
 def write_report(result: TuneResult, path: Path) -> Path:
     plots = tune_plots(result)
     w = result.workload
@@ -152,6 +169,7 @@ def write_report(result: TuneResult, path: Path) -> Path:
 {_card(result)}
 <h2>Decision</h2><p>{'<br>'.join(e(x) for x in result.decision)}</p>
 <h2>Candidates</h2>{_tables(result)}
+{_accuracy_sections(result)}
 {sections}
 <h2>Search</h2><p>{'<br>'.join(e(x) for x in search_lines(result))}</p>
 <h2>Workload</h2><p>{e(w.source) if w else ''}: {w.n_items if w else 0} items, eval {w.n_eval if w else 0},

@@ -2,7 +2,7 @@
 
 Contract (read by other tools; extend, never rename): results.json has `baseline`, `winner`,
 `candidates` (each `name`, `status`, `reason`, `items_per_s`, `latency_ms` {p50,p95,p99},
-`accuracy` {cosine_mean, cosine_min, topk_overlap}), `environment` and `config`.
+`accuracy` {cosine_mean, cosine_min, topk_overlap, by_bucket, task}), `environment` and `config`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,36 @@ class Latency(BaseModel):
     n: int = 0
 
 
+class BucketAccuracy(BaseModel):
+    """Agreement with the reference on the verified texts of one token-length bucket (untruncated lengths)."""
+
+    bucket: str  # "257-512", ">512": workload.bucket_label
+    n: int
+    cosine_mean: float | None = None
+    cosine_min: float | None = None
+    topk_overlap: float | None = Field(None, description="mean top-10 overlap of this bucket's texts (neighbours "
+                                       "searched among all verified texts)")
+
+
+class TaskMetric(BaseModel):
+    """A figure in the user's own task terms, for the candidate and for the reference on the same texts."""
+
+    name: str  # "recall@10", "mrr", or a name the user's --eval function returned
+    source: str  # "eval-pairs" or the --eval target
+    value: float | None = None
+    reference: float | None = None
+    higher_is_better: bool = True
+    max_drop: float | None = None  # the gate; None: reported only
+    n: int | None = None  # queries (eval-pairs)
+    error: str | None = None  # the user's function raised on this candidate
+
+    @property
+    def drop(self) -> float | None:
+        if self.value is None or self.reference is None:
+            return None
+        return self.reference - self.value if self.higher_is_better else self.value - self.reference
+
+
 class Accuracy(BaseModel):
     """Agreement with the fp32 reference on the evaluation split (embeddings)."""
 
@@ -35,6 +65,8 @@ class Accuracy(BaseModel):
     topk_overlap: float | None = Field(None, description="mean fraction of top-10 neighbours shared with the reference")
     norm_drift: float | None = Field(None, description="mean |‖x‖-‖ref‖| / ‖ref‖ before normalisation")
     n: int = 0
+    by_bucket: list[BucketAccuracy] = []  # the same figures per length bucket of the verified texts
+    task: list[TaskMetric] = []  # --eval-pairs and --eval: the user's task metrics beside the fidelity figures
     # causal LMs (kind "causal-lm"): n counts scored tokens
     ppl: float | None = None
     ppl_ref: float | None = None
@@ -159,6 +191,8 @@ class TuneResult(BaseModel):
     lm: dict[str, Any] = {}  # causal LMs: model facts, measured memory bandwidth, eval text size, greedy setup
     search: dict[str, Any] = {}  # stages, time per candidate, why each was or was not tried, batching search
     achievable: dict[str, Any] = {}  # when no winner: lowest P99, fastest within accuracy, flags to admit it
+    # --dimensions auto (embeddings): the prefix chosen on the reference, every prefix tried, what it saves
+    dimensions: dict[str, Any] = {}
     # --peers: the tuned artifact under `infertune serve` and engines users know (vLLM's pooling runner), each in
     # its own process, measured side by side over HTTP on the same texts (infertune.peers.PeerResult dicts)
     peers: list[dict[str, Any]] = []

@@ -44,7 +44,9 @@ def _setup(threads: int | None, device: str = "cpu") -> None:
 
 
 def _subset(texts: list[str], args: dict[str, Any]) -> list[str]:
-    """The texts a command names by position (`subset`), or all of them."""
+    """The texts a command sends (`texts`: the user's eval pairs), names by position (`subset`), or all of them."""
+    if args.get("texts") is not None:
+        return list(args["texts"])
     return texts if args.get("subset") is None else [texts[i] for i in args["subset"]]
 
 

@@ -1,7 +1,8 @@
 """A fake backend for unit tests of batching, measurement and decision logic: deterministic vectors,
-a configurable per-token cost, optional failure or noise, and an optional memory leak (`leak_mb_per_batch`:
-each forward pass keeps that much written memory forever, for the soak drill's slope check). Never used
-for real results."""
+a configurable per-token cost, optional failure or noise, noise on long inputs only (`perturb` relative to the
+vector's norm, on texts of more than `perturb_over` tokens: a precision that drifts on long documents), and an
+optional memory leak (`leak_mb_per_batch`: each forward pass keeps that much written memory forever, for the soak
+drill's slope check). Never used for real results."""
 
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ class FakeEmbedder(Embedder):
         opts = dict(candidate.options)
         self.us_per_token = float(opts.get("us_per_token", "1"))
         self.noise = float(opts.get("noise", "0"))
+        self.perturb = float(opts.get("perturb", "0"))
+        self.perturb_over = int(opts.get("perturb_over", "0"))
         self.fail = opts.get("fail")
         self.rng = np.random.default_rng(0)
         self.leak_bytes = int(float(opts.get("leak_mb_per_batch", "0")) * 2**20)
@@ -53,6 +56,11 @@ class FakeEmbedder(Embedder):
                 out[r, int(t) % dim] += 1.0
         if self.noise:
             out += self.rng.normal(0, self.noise, out.shape).astype(np.float32)
+        if self.perturb:
+            long = batch["attention_mask"].sum(1) > self.perturb_over
+            norm = np.linalg.norm(out[long], axis=1, keepdims=True)
+            noise = self.rng.normal(0, 1, (int(long.sum()), dim))
+            out[long] += (self.perturb * norm * noise / np.sqrt(dim)).astype(np.float32)
         return out
 
     def describe(self) -> dict[str, Any]:

@@ -22,6 +22,13 @@ def _default(field: str):
     return TuneConfig.model_fields[field].default
 
 
+def _budget(field: str):
+    """AccuracyBudget's own default."""
+    from infertune.config import AccuracyBudget
+
+    return AccuracyBudget.model_fields[field].default
+
+
 def tune_cmd(
     model: Annotated[str, typer.Argument(help="alias (minilm, smollm2), model directory, .gguf or config.json")] = "minilm",
     workload: Annotated[Path | None, typer.Option(help="JSONL ({\"input\": ...} or {\"text\": ...}) or text, one item a line; default: built-in sample")] = None,
@@ -29,6 +36,12 @@ def tune_cmd(
     slo_p99_ms: Annotated[float, typer.Option(help="P99 latency of one batch inside the server, tokenization included, queueing not (ms); bench/validate --slo is per request, end to end")] = 100.0,
     min_cosine: Annotated[float, typer.Option(help="accuracy budget: mean cosine vs fp32 reference")] = 0.995,
     min_cosine_min: Annotated[float, typer.Option(help="accuracy budget: worst single item's cosine")] = 0.98,
+    min_topk_overlap: Annotated[float, typer.Option(help="accuracy budget: mean share of each text's 10 nearest neighbours (among the verified texts) kept; 0 = not enforced")] = _budget("min_topk_overlap"),
+    min_bucket_items: Annotated[int, typer.Option(help="accuracy budget: the mean cosine and top-10 are also checked in every token-length bucket with at least this many verified texts")] = _budget("min_bucket_items"),
+    eval_pairs: Annotated[Path | None, typer.Option(help="embeddings: JSONL of {\"query\", \"positive\"[, \"negatives\": [...]]}; recall@10 and MRR over a corpus of the file's documents, for the reference and each candidate")] = None,
+    max_recall_drop: Annotated[float, typer.Option(help="--eval-pairs: recall@10 may fall this far below the reference's (absolute)")] = _budget("max_recall_drop"),
+    eval_fn: Annotated[str | None, typer.Option("--eval", help="embeddings: module:function or path/to/file.py:function, called with embed(texts) -> unit vectors (numpy); returns {name: value} (higher is better) or {name: (value, 'higher'|'lower')}")] = None,
+    max_eval_drop: Annotated[float, typer.Option(help="--eval: each metric may be this much worse than the reference's, in its own units")] = _budget("max_eval_drop"),
     quick: Annotated[bool, typer.Option(help="fewer candidates, items and rounds (about 2 min on 2 cores)")] = False,
     out: Annotated[Path | None, typer.Option(help="output directory (default runs/<timestamp>)")] = None,
     candidates: Annotated[str | None, typer.Option(help="comma-separated substrings of candidate ids to keep, e.g. 'bf16,onnxruntime'")] = None,
@@ -39,7 +52,7 @@ def tune_cmd(
     max_eval_items: Annotated[int | None, typer.Option(help="cap on eval items (stratified by length)")] = None,
     pooling: Annotated[str | None, typer.Option(help="override pooling for plain HF encoders: mean|cls|max|last")] = None,
     task: Annotated[str | None, typer.Option(help="embed or generate, when the model's files do not say (a decoder embedder published as *ForCausalLM without modules.json: --task embed)")] = None,
-    dimensions: Annotated[int | None, typer.Option(help="embeddings: judge accuracy on the first N dimensions (Matryoshka), as clients will request them")] = None,
+    dimensions: Annotated[str | None, typer.Option(help="embeddings: judge accuracy on the first N dimensions (Matryoshka), as clients will request them; auto: the smallest prefix a Matryoshka-trained model keeps within budget (a model not trained for it keeps every dimension and is told what truncation costs)")] = None,
     peers: Annotated[str | None, typer.Option(help="embeddings: after tuning, serve the artifact with `infertune serve` and these engines (vllm: its pooling runner, from .venv-vllm or $INFERTUNE_VLLM_PYTHON) on the source model, each in its own process, and measure them side by side on the workload (results.json 'peers')")] = None,
     max_ppl_delta: Annotated[float, typer.Option(help="causal LMs: allowed perplexity rise vs the reference (0.02 = +2%)")] = 0.02,
     min_top1: Annotated[float, typer.Option(help="causal LMs: minimum next-token top-1 agreement with the reference")] = 0.97,
@@ -71,7 +84,10 @@ def tune_cmd(
         raise InfertuneError(f"--device must be cpu or cuda, not {device!r}")
     cfg = TuneConfig(
         model=model, workload=workload, device=device, slo=SLO(p99_ms=slo_p99_ms),
-        accuracy=AccuracyBudget(min_cosine_mean=min_cosine, min_cosine_min=min_cosine_min), quick=quick, out=out,
+        accuracy=AccuracyBudget(min_cosine_mean=min_cosine, min_cosine_min=min_cosine_min, min_topk_overlap=min_topk_overlap,
+                                min_bucket_items=min_bucket_items, max_recall_drop=max_recall_drop,
+                                max_eval_drop=max_eval_drop),
+        eval_pairs=eval_pairs, eval_fn=eval_fn, quick=quick, out=out,
         candidates=[c.strip() for c in candidates.split(",") if c.strip()] if candidates else None,
         rounds=rounds, confirm_rounds=confirm_rounds, tie_margin=tie_margin, threads=threads, max_eval_items=max_eval_items, pooling=pooling, task=task, dimensions=dimensions,
         peers=[p.strip() for p in (peers or "").split(",") if p.strip()],

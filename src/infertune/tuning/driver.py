@@ -77,6 +77,12 @@ def make_task(cfg: TuneConfig, console, candidates=None):
     if kind.task == "generate":
         from infertune.tasks.causal_lm.task import CausalLMTask
 
+        if cfg.eval_pairs is not None or cfg.eval_fn:
+            from infertune.errors import InfertuneError
+
+            raise InfertuneError(f"--eval-pairs and --eval score embeddings; {ref.name} is a {kind.label} "
+                                 "(its accuracy budget is --max-ppl-delta and --min-top1)")
+
         return CausalLMTask(cfg, console, ref)
     from infertune.tasks.embedding.task import EmbeddingTask
 

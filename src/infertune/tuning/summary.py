@@ -27,6 +27,8 @@ def search_lines(result: TuneResult) -> list[str]:
         pts = ", ".join(f"{p['tokens']}: {p['items_per_s']:.0f}/s P99 {p['p99_ms']:.0f} ms" for p in e["points"])
         lines.append(f"Batch budget of {eng} searched against the SLO ({e['target_ms']:.0f} ms probe target; "
                      f"padded tokens: items/s, P99): {pts} -> {e['chosen_tokens']} tokens.")
+    if result.dimensions.get("why"):  # --dimensions auto
+        lines.append(result.dimensions["why"])
     for n in s.get("not_tried", []):
         if "--candidates" not in n["why"]:
             lines.append(f"Not tried: {n['candidate']}: {n['why']}.")

@@ -4,7 +4,6 @@ survivor's token budget against the SLO, measure passes, save the artifact."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,10 @@ class EmbeddingTask(Task):
 
         super().__init__(cfg, console)
         self.ref, self.custom = ref, custom
+        from infertune.task_eval import TaskEval
+
         self.workload = load_workload(cfg.workload)  # first: a malformed file fails before anything heavy loads
+        self.task_eval = TaskEval(cfg.eval_pairs, cfg.eval_fn, cfg.accuracy)
         self.ref_vectors = None
         self.warmed: set[str] = set()
         self.acc_idx: list[int] | None = None  # positions in the eval split that verification embeds
@@ -41,7 +43,7 @@ class EmbeddingTask(Task):
         _quiet_libraries()
         cfg = self.cfg
         self.spec = embedding_spec(self.ref, cfg.pooling, cfg.task)
-        if cfg.dimensions is not None and cfg.dimensions > self.spec.dim:
+        if isinstance(cfg.dimensions, int) and cfg.dimensions > self.spec.dim:
             from infertune.errors import InfertuneError
 
             raise InfertuneError(f"--dimensions {cfg.dimensions} is more than the model's {self.spec.dim}")
@@ -161,13 +163,20 @@ class EmbeddingTask(Task):
                          self.tokenizer, out, c.device, console=self.console)
 
     def verify(self, worker, cand) -> tuple[Accuracy, bool, str]:
-        from infertune.verify import compare, within_budget
+        """Cosine and top-10 vs the reference (verified first), pooled and per length bucket; the task metrics."""
+        from infertune.tasks.embedding.dimensions import judged_dims
+        from infertune.verify import compare, unit, within_budget
 
-        vec = worker.call("embed", batching=cand.batching.model_dump(), subset=self.acc_idx)
+        batching = cand.batching.model_dump()
+        vec = worker.call("embed", batching=batching, subset=self.acc_idx)
         if self.ref_vectors is None:
             self.ref_vectors = vec
-        d = self.cfg.dimensions or vec.shape[1]  # Matryoshka: judged on the dims the user will ask for
-        acc = compare(self.ref_vectors[:, :d], vec[:, :d])
+        # Matryoshka: judged on the dims the user will ask for (auto: chosen on the reference, the first call)
+        d = judged_dims(self, vec, lambda t: worker.call("embed", batching=batching, texts=list(t)))
+        lengths = self.lengths if self.acc_idx is None else [self.lengths[i] for i in self.acc_idx]
+        acc = compare(self.ref_vectors[:, :d], vec[:, :d], lengths=lengths)
+        if self.task_eval:  # the user's own texts, on the same dims
+            acc.task = self.task_eval.score(lambda t: unit(worker.call("embed", batching=batching, texts=list(t))[:, :d]))
         ok, why = within_budget(acc, self.cfg.accuracy)
         return acc, ok, why
 
@@ -309,9 +318,9 @@ class EmbeddingTask(Task):
         return None if r.accuracy.cosine_mean is None else 1 - r.accuracy.cosine_mean
 
     def accuracy_flags(self, r: CandidateResult) -> str:
-        a = r.accuracy
-        floor = lambda x: math.floor(x * 1e4) / 1e4  # noqa: E731
-        return f"--min-cosine {floor(a.cosine_mean or 0):g} --min-cosine-min {floor(a.cosine_min or 0):g}"
+        from infertune.verify import admitting_flags
+
+        return admitting_flags(r.accuracy, self.cfg.accuracy)
 
     def constraints(self) -> str:
         a = self.cfg.accuracy

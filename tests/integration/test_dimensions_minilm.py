@@ -1,0 +1,37 @@
+"""`--dimensions auto` on the real MiniLM (384 dims, not trained for truncation): its own fp32 vectors of the
+sample workload's eval split, as tune verifies them, are cut to each prefix, and MiniLM is told that truncation
+costs too much, with the figure."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from infertune.config import Batching, TuneConfig
+
+
+@pytest.mark.slow
+def test_minilm_is_told_truncation_costs_too_much(tmp_path):
+    from infertune.models.embedding import embedding_spec, load_tokenizer
+    from infertune.models.resolve import resolve_model
+    from infertune.registry import load_backend
+    from infertune.tasks.embedding.candidates import reference
+    from infertune.tasks.embedding.dimensions import judged_dims
+    from infertune.workload import load_workload, stratified_split, stratified_subsample
+
+    ref = resolve_model("minilm")
+    spec = embedding_spec(ref)
+    items = load_workload(None).items
+    lengths = [len(x) for x in load_tokenizer(spec)(items, truncation=False)["input_ids"]]
+    _, evals = stratified_split(lengths, 0.7, 0)
+    texts = [items[i] for i in stratified_subsample(evals, lengths, 120, 0)]  # tune --quick's eval split on a CPU
+    cand = reference("cpu")
+    emb = load_backend(cand.backend).prepare(spec, cand, "cpu", tmp_path, [])
+    vec = emb.embed(texts, Batching(kind="tokens", size=2048), pooled=True)
+    lines = []
+    task = SimpleNamespace(cfg=TuneConfig(dimensions="auto"), ref=ref, spec=spec, result=SimpleNamespace(dimensions={}),
+                           console=SimpleNamespace(print=lambda s, **_: lines.append(s)))
+    assert judged_dims(task, vec, embed=None) == spec.dim == 384
+    d = task.result.dimensions
+    print("\n" + d["why"] + "\n" + str(d["tried"]))
+    assert d["matryoshka"] is False and "truncation costs too much" in d["why"]
+    assert all(not t["ok"] for t in d["tried"])  # not even 256 of 384 dims keeps 9 of 10 neighbours
