@@ -93,7 +93,9 @@ class Telemetry:
             if self.nvml:
                 gpu = self._gpu_sample()
                 self.nvml.add(t, gpu, dict.fromkeys(gpu, "gauge"))  # readings, not counters
-            nxt += self.interval
+            # a stall (the server or this box busy) skips the missed slots instead of firing them back to back:
+            # samples stay at least an interval apart, so a rate read between two of them means something
+            nxt = max(nxt + self.interval, time.monotonic())
             self._stop.wait(max(0.0, nxt - time.monotonic()))
         if client:
             client.close()

@@ -138,6 +138,7 @@ def test_tune_verifies_on_the_dimensions_asked_for(dims, want_ok):
 
     task = EmbeddingTask(TuneConfig(dimensions=dims), Console(quiet=True), resolve_model("minilm"))
     task.ref_vectors = np.array([[1.0, 0.0, 5.0, 5.0], [0.0, 1.0, -5.0, 5.0]], dtype=np.float32)
+    task.lengths = [7, 9]  # what load() sets: the eval items' token counts (verify buckets by them)
     got = np.array([[1.0, 0.0, -5.0, 1.0], [0.0, 1.0, 5.0, -2.0]], dtype=np.float32)  # same first 2, not the rest
 
     class Worker:
