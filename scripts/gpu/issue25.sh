@@ -7,6 +7,8 @@
 #   STEP=lm:              `tune <Qwen3-0.6B shape> --device cuda` (full, LM_BUDGET s, default 450: a call has 600)
 #   STEP=qwen+lm:         the Qwen3-Embedding tune, then the LM tune (LM_BUDGET default 330, to fit one call)
 #   STEP=qwen:            the Qwen3-Embedding tune alone. SKIP_ENV=1 skips the imports check (20 s there)
+#   STEP=minilm:          `tune minilm --quick`, then `tune minilm` full (MINILM_BUDGET s, default 240): the torchao
+#                         int8/fp8 candidates and the per-bucket accuracy of each (issue 28)
 # Models: MiniLM's real weights (fp16-rounded for the carry); the Qwen3 shapes are tests/unit/configs/qwen3-0.6b.json
 # with random weights and SmolLM2's tokenizer (no Qwen3 tokenizer is reachable here). The table prints last.
 # Dry run here: DEVICE=cpu STEP=embed bash scripts/gpu/issue25.sh (slow; checks the plumbing only)
@@ -49,6 +51,12 @@ if [ "$STEP" = embed ]; then
   [ -d /tmp/minilm ] || $PY scripts/gpu/restore_minilm.py /tmp/minilm > /dev/null || exit 1
   tune minilm /tmp/minilm --quick
   LABELS=minilm
+fi
+if [ "$STEP" = minilm ]; then
+  [ -d /tmp/minilm ] || $PY scripts/gpu/restore_minilm.py /tmp/minilm > /dev/null || exit 1
+  tune minilm /tmp/minilm --quick
+  tune minilm-full /tmp/minilm --time-budget ${MINILM_BUDGET:-240}
+  LABELS="minilm minilm-full"
 fi
 if [ "$STEP" = embed ] || [ "$STEP" = qwen+lm ] || [ "$STEP" = qwen ]; then
   Q=/tmp/hub/Qwen3-Embedding-0.6B; rm -rf $Q; qwen_dir $Q
@@ -102,4 +110,7 @@ for label in sys.argv[2:]:
         cost = (s.get("candidates", {}).get(c["name"]) or {}).get("cost_s")
         print(f"   {c['name'][:52]:52} {c['status']:8} {c.get('stage') or '-':8} {speed(c) or 0:10.1f} "
               f"t={c.get('time_s')} {cost} {(c.get('reason') or '')[:110]}")
+        for bk in (c.get("accuracy") or {}).get("by_bucket", []):
+            print(f"      bucket {bk['bucket']:>8} n={bk['n']:3} cos mean {bk.get('cosine_mean') or 0:.6f} "
+                  f"min {bk.get('cosine_min') or 0:.6f} top10 {bk.get('topk_overlap') or 0:.3f}")
 PY
