@@ -40,7 +40,7 @@ def test_a_slow_scrape_skips_missed_slots():
     t = series.t
     assert len(t) >= 4 and not series.errors, (t, series.errors)
     assert "reqs_total" in series.series
-    gaps = [b - a for a, b in zip(t, t[1:])]
+    gaps = [b - a for a, b in zip(t, t[1:], strict=False)]
     # the stalled sample (the second) is followed by one a full stall later, then the cadence resumes
     assert max(gaps) >= 3.5 * INTERVAL, gaps
     assert min(gaps) >= 0.9 * INTERVAL, gaps  # with `nxt += interval` the catch-up scrapes came ~0 s apart
