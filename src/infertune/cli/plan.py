@@ -77,6 +77,13 @@ def plan_cmd(
     con.print(f"engine: [bold]{r.engine.name}[/] - " + "; ".join(r.engine.reasons), highlight=False)
     for k, v in r.commands.items():
         con.print(f"[dim]{k}:[/] {escape(v)}", highlight=False)
+    for q in r.quant_candidates:  # each scheme's step and `vllm serve` are in --json (quant_candidates)
+        if q["status"] == "candidate":
+            made = f"; its step writes {q['checkpoint']['output']}" if q.get("checkpoint") else ""
+            con.print(f"[dim]checkpoint {escape(q['label'])}:[/] candidate on {escape(q['kernel'])}"
+                      f"{'' if q['fits'] else ' (weights do not fit this plan)'}{escape(made)}", highlight=False)
+        else:
+            con.print(f"[dim]checkpoint {escape(q['label'])}:[/] dropped: {escape(q['reason'])}", highlight=False)
     for n in r.notes:
         con.print(f"[dim]note: {escape(n)}[/]", highlight=False)
     if as_json:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -66,6 +66,8 @@ class Workload(BaseModel):
     sizing: Sizing | None = None  # the figures the requests come from
     placement: Placement = Placement()
     image: Image | None = None
+    # a quantized plan (issue 26): the llm-compressor step that writes model_dir, to run before the pods start
+    checkpoint: dict[str, Any] | None = None
     notes: list[str] = []
 
 

@@ -111,6 +111,12 @@ def _vllm_workload(cfg: DeployConfig, model_dir: str, model_name: str, config_so
     name = dns_name(cfg.name or model_name)
     mount = f"/models/{name}"
     flags = shlex.split(r.commands["vllm"])[3:]  # drop "vllm serve MODEL"
+    if r.checkpoint is not None:  # quantized weights: the pods serve the checkpoint its step writes
+        model_dir = r.checkpoint.output
+        notes.append(f"{r.dtype} weights: make the checkpoint before the pods start ({r.checkpoint.label}, "
+                     f"llm-compressor, {r.checkpoint.install}): {r.checkpoint.command}")
+    else:
+        notes += quant_alternatives(r)
     args = [mount, "--served-model-name", model_name, "--host", "0.0.0.0", "--port", str(cfg.port), *flags]
     if cfg.nodes > 1:
         args += ["--distributed-executor-backend", "ray"]
@@ -122,7 +128,19 @@ def _vllm_workload(cfg: DeployConfig, model_dir: str, model_name: str, config_so
                     device="cuda", gpus_per_pod=per_node, tensor_parallel=per_node, pipeline_parallel=cfg.nodes,
                     nodes=cfg.nodes, args=args, cpu_request=str(max(4, 2 * per_node)),
                     memory_request=f"{max(16, 8 * per_node)}Gi", placement=place, image=image,
+                    checkpoint=r.checkpoint.model_dump() if r.checkpoint else None,
                     notes=notes + image_notes + place.notes)
+
+
+def quant_alternatives(r) -> list[str]:
+    """The quantized checkpoints vLLM serves on this GPU, for a plan that serves 16-bit weights."""
+    ok = [q for q in r.quant_candidates if q["status"] == "candidate" and q.get("checkpoint")]
+    if not ok:
+        return []
+    flags = "|".join(dict.fromkeys(q["weights"] for q in ok))
+    return [f"{r.dtype} weights; quantized checkpoints vLLM serves on {r.gpu['name']}: "
+            + "; ".join(f"{q['label']} on {q['kernel'].split(' (')[0]} ({q['checkpoint']['output']})" for q in ok)
+            + f". Deploy one with --dtype {flags}: deploy then names its llm-compressor step"]
 
 
 def _vllm_image(cfg: DeployConfig):

@@ -18,9 +18,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from infertune.llm.checkpoint_step import CheckpointStep
 from infertune.plan.arch import DTYPE_BYTES, Arch, arch_from_config, load_config
 from infertune.plan.embed import EmbedPlan, plan_embedding
 from infertune.plan.gpus import find_gpu, peak_tflops
+from infertune.plan.notes import moe_notes, parallel_notes
+from infertune.plan.quantized import QUANTIZED, QuantPlan, calibration_count
 
 GIB = 2**30
 DTYPES = ("bf16", "fp8", "int8", "int4")
@@ -89,6 +92,12 @@ class PlanResult(BaseModel):
     notes: list[str] = []
     task: Literal["embed", "generate"] = "generate"  # models/kind.py's decision
     embedding: EmbedPlan | None = None  # memory, throughput bound and engines of an embedder (plan/embed.py)
+    # issue 26: the llm-compressor step that makes the checkpoint commands["vllm"] serves (None: bf16/fp16, or a
+    # directory that is a quantized checkpoint already), every quantized scheme read for this GPU (candidate with
+    # kernel, step and `vllm serve`, or dropped with the reason) and where vLLM keeps an FP8 KV cache here
+    checkpoint: CheckpointStep | None = None
+    quant_candidates: list[dict[str, Any]] = []
+    kv_cache_fp8: dict[str, Any] | None = None
 
 
 MAX_SEQS_DEFAULT = 256  # vLLM's max_num_seqs default for the OpenAI server on most GPUs
@@ -108,54 +117,6 @@ def model_location(model: str) -> tuple[str, str]:
     d = mp.parent if mp.suffix == ".json" else mp
     d = d.resolve()
     return (d.name if mp.name == "config.json" else mp.name.removesuffix(".json")) or "model", str(d)
-
-
-def interconnect_of(g: dict[str, Any], given: str = "auto") -> str:
-    """SXM/HGX boards connect every GPU through NVLink switches; PCIe cards (NVL pairs, optional bridges
-    aside) and GeForce cards talk over PCIe."""
-    if given != "auto":
-        return given
-    n = g["name"].upper()
-    return "nvlink" if n.endswith("-SXM") or n.startswith("B200") else "pcie"
-
-
-def parallel_notes(g: dict[str, Any], tp: int, given: str = "auto") -> list[str]:
-    if tp <= 1:
-        return []
-    link = interconnect_of(g, given)
-    how = "given" if given != "auto" else f"assumed for {g['name']}; pass --interconnect if `nvidia-smi topo -m` says otherwise"
-    if link == "nvlink":
-        return [f"TP={tp} over NVLink ({how}): the per-layer all-reduces are cheap"]
-    out = [f"TP={tp} over PCIe ({how}): two all-reduces per layer cross PCIe, which costs decode latency; "
-           "if the model fits fewer GPUs, one replica per GPU behind a load balancer usually serves more, and "
-           "--pipeline-parallel-size sends activations only once per stage boundary"]
-    if g.get("kind") in ("consumer", "laptop"):
-        out.append("GeForce cards have no NVLink and peer-to-peer is often disabled: if NCCL hangs at start, try "
-                   "NCCL_P2P_DISABLE=1 (`infertune doctor explain` knows the signature)")
-    return out
-
-
-def moe_notes(a: Arch, gpus: int) -> list[str]:
-    out = [f"MoE: {a.experts} experts, {a.experts_per_tok} active per token ({a.params(active=True) / 1e9:.2f} B of "
-           f"{a.params() / 1e9:.2f} B parameters): decode reads only the active experts' weights, but all of them "
-           "must be resident"]
-    if gpus > 1:
-        out.append("MoE over several GPUs: add --enable-expert-parallel (experts sharded whole across GPUs instead "
-                   "of every expert split by TP; fewer, larger matmuls)")
-    out.append("MoE with CUDA graphs: vLLM captures graphs for decode batch sizes up to --max-num-seqs; keep them "
-               "(no --enforce-eager) unless capture fails, then lower --max-num-seqs first")
-    return out
-
-
-def llama_cpp_cmd(a: Arch, name: str, context: int, seqs: int, usable: float) -> str:
-    """llama-server on one GPU: as many layers offloaded (-ngl) as fit beside the f16 KV cache."""
-    import shlex
-
-    kv = a.kv_bytes_per_token("bf16") * context * max(seqs, 1)
-    per_layer = a.weights_bytes("int4") / max(a.layers, 1)
-    ngl = a.layers if a.weights_bytes("int4") + kv <= usable else max(0, int((usable - kv - 0.5 * GIB) // per_layer))
-    return shlex.join(["llama-server", "-m", f"{name}-Q4_K_M.gguf", "-c", str(context * max(seqs, 1)),
-                       "--parallel", str(max(seqs, 1)), "-ngl", str(ngl), "--host", "0.0.0.0", "--port", "8080"])
 
 
 def _pct(xs: list[int], q: float) -> int:
@@ -237,7 +198,7 @@ def _embed_result(cfg: PlanConfig, a: Arch, kind, raw: dict, g: dict, total: flo
 
 def plan(cfg: PlanConfig) -> PlanResult:
     """Size a vLLM deployment of `cfg.model` on `cfg.gpu` (config-only: no weights, no torch)."""
-    from infertune.plan.commands import docker_cmd, vllm_cmd
+    from infertune.plan.commands import docker_cmd, llama_cpp_cmd, vllm_cmd
 
     raw = load_config(cfg.model)
     a = arch_from_config(raw)
@@ -256,6 +217,7 @@ def plan(cfg: PlanConfig) -> PlanResult:
     wl: dict[str, Any] = {}
     prompts: list[int] = []
     outs: list[int] = []
+    how: str | None = None
     if cfg.workload:
         from infertune.plan.workload import request_lengths
 
@@ -298,7 +260,7 @@ def plan(cfg: PlanConfig) -> PlanResult:
         tps = [cfg.tensor_parallel_size]
     if not cfg.gpus and not cfg.tensor_parallel_size and len(valid_tp(a, 8)) > 1:
         notes.append("planning for 1 GPU (pass --gpus N to let tensor parallel use more)")
-    cc = tuple(int(x) for x in g["cc"].split("."))
+    qp = QuantPlan(g, raw)
     by_dtype = {d: a.weights_bytes(d) for d in DTYPES}
 
     def first_fit(dtype: str, need_conc: float) -> int | None:
@@ -310,13 +272,16 @@ def plan(cfg: PlanConfig) -> PlanResult:
         return None
 
     dtype = cfg.dtype if cfg.dtype != "auto" else ("bf16" if cfg.kv_cache_memory_bytes else None)
+    if qp.pre:  # a quantized checkpoint already: its weights are what they are
+        if cfg.dtype not in ("auto", qp.pre[0]):
+            notes.append(f"--dtype {cfg.dtype} ignored: the directory holds {qp.pre[0]} weights ({qp.pre[1]})")
+        dtype = qp.pre[0]
     if dtype is None:
-        options = ["bf16"] + (["fp8"] if cc >= (8, 9) else []) + ["int4"]
+        options = ["bf16"] + qp.auto_order()  # quantized fallbacks: only schemes vLLM serves on this GPU
         dtype = next((d for d in options if first_fit(d, 1.0)), "bf16")
         if dtype != "bf16":
             notes.append(f"bf16 weights do not fit on {limit} x {g['name']}; planning with {dtype}")
-    if dtype == "fp8" and cc < (8, 9):
-        notes.append(f"{g['name']} (CC {g['cc']}) has no FP8 tensor cores: vLLM runs FP8 checkpoints weight-only (Marlin)")
+    notes += qp.check(dtype) + qp.kv_notes(cfg.kv_cache_dtype)
     tp = first_fit(dtype, 1.0)
     tp_conc = first_fit(dtype, float(conc))
     use_tp = tp or tps[-1]
@@ -365,8 +330,16 @@ def plan(cfg: PlanConfig) -> PlanResult:
                      f"{f', capped at vLLM default {MAX_SEQS_DEFAULT}' if int(max_conc) > MAX_SEQS_DEFAULT else ''}); "
                      "shorter requests leave room for more: pass --concurrency to set it")
     pp = cfg.pipeline_parallel_size
-    vcmd = vllm_cmd(model_dir, max_model_len=context, max_num_seqs=max_seqs,
-                    util=cfg.gpu_memory_utilization, tp=use_tp, kv_dtype=kv_dt, dtype=dtype, pp=pp)
+
+    def serve_cmd(path: str | None, d: str) -> str:
+        return vllm_cmd(model_dir, max_model_len=context, max_num_seqs=max_seqs, util=cfg.gpu_memory_utilization,
+                        tp=use_tp, kv_dtype=kv_dt, dtype=d, pp=pp, served_path=path, act_dtype=qp.act_dtype)
+
+    step_kw = {"workload": str(cfg.workload) if cfg.workload else None,
+               "n_calibration": calibration_count(prompts, how), "max_seq_length": context}
+    served, step, qnotes = qp.serving(dtype, model_dir, name, **step_kw)
+    notes += qnotes
+    vcmd = serve_cmd(served, dtype)
     if a.experts:
         notes += moe_notes(a, use_tp * pp)
     from infertune.export.tensorrt import one_line, trtllm_steps
@@ -374,8 +347,9 @@ def plan(cfg: PlanConfig) -> PlanResult:
     max_input = min(wl.get("prompt_p100", context), context)
     trt = trtllm_steps(model_dir, a.model_type, dtype, tp=use_tp, pp=pp, max_batch=max_seqs, max_input=max_input,
                        max_seq=context, max_tokens=max(batched, max_input))
-    commands = {"vllm": vcmd, **{k: one_line(v) for k, v in trt.items()},
-                "docker": docker_cmd(model_dir, name, vcmd, use_tp, use_tp)}
+    commands = {**({"llm-compressor": step.command} if step else {}), "vllm": vcmd,
+                **{k: one_line(v) for k, v in trt.items()},
+                "docker": docker_cmd(served or model_dir, Path(served).name if served else name, vcmd, use_tp, use_tp)}
     notes.append("TensorRT-LLM (where it is installed; `infertune export MODEL` writes these steps as a script): "
                  "$TRTLLM is a TensorRT-LLM checkout; the engine is built for this GPU, "
                  f"{max_seqs} sequences, prompts up to {max_input} and sequences up to {context} tokens")
@@ -397,7 +371,10 @@ def plan(cfg: PlanConfig) -> PlanResult:
         max_num_seqs=max_seqs,
         decode_step_ms_roofline=roof.get(dtype, {}).get("decode_step_ms_bs1") if dtype in roof else
         (a.decode_read_bytes(dtype) / use_tp + per_tok_gpu * context) / bw * 1e3,
-        roofline=roof, engine=engine, commands=commands, workload=wl, notes=notes,
+        roofline=roof, engine=engine, commands=commands, workload=wl, notes=notes, checkpoint=step,
+        quant_candidates=qp.candidates({d: first_fit(d, 1.0) is not None for d in QUANTIZED}, serve_cmd, model_dir,
+                                       name, **step_kw),
+        kv_cache_fp8=qp.kv.model_dump(),
     )
 
 

@@ -68,8 +68,12 @@ def test_commands_have_the_planned_flags():
     r = plan(PlanConfig(model=LLAMA, gpu="H100", gpus=2, context=8192, concurrency=32, kv_cache_dtype="fp8", dtype="fp8"))
     v = r.commands["vllm"]
     for flag in ("--max-model-len 8192", "--max-num-seqs 32", "--gpu-memory-utilization 0.9",
-                 f"--tensor-parallel-size {r.tensor_parallel_size}", "--kv-cache-dtype fp8", "--quantization fp8"):
+                 f"--tensor-parallel-size {r.tensor_parallel_size}", "--kv-cache-dtype fp8"):
         assert flag in v
+    # fp8 weights are served from the checkpoint llm-compressor writes, which says its method in config.json:
+    # a --quantization flag would be refused by vLLM (issue 26)
+    assert v.split()[2] == r.checkpoint.output and "--quantization" not in v
+    assert "FP8_DYNAMIC" in r.commands["llm-compressor"]
     d = r.commands["docker"]
     assert "--gpus" in d and ":ro" in d and "/models/" in d and ("--ipc=host" in d or "--shm-size" in d)
     assert r.engine.name == "vllm" and r.engine.reasons
