@@ -81,6 +81,12 @@ def _prompts(root: Path) -> tuple[dict[str, str], str | None]:
     return prompts, (default if default in prompts else None)
 
 
+def default_pooling(arch: str) -> tuple[str, bool]:
+    """(pooling, normalize) when no sentence-transformers file says: a decoder embedder reads the last token (its
+    only token that saw the whole text) and is compared by cosine; an encoder averages its tokens."""
+    return ("last", True) if arch == "decoder" else ("mean", False)
+
+
 def embedding_spec(model: str | Path | ModelRef, pooling: str | None = None, task: str | None = None,
                    prompts: dict[str, str] | None = None, default_prompt_name: str | None = None) -> EmbeddingSpec:
     """Describe an embedding model from its files (no weights are loaded). `prompts` / `default_prompt_name`
@@ -105,9 +111,7 @@ def embedding_spec(model: str | Path | ModelRef, pooling: str | None = None, tas
         path, random_weights = materialise(config_file(ref), kind.arch), True
     cfg = _read_json(path / "config.json")
     max_len = int(cfg.get("max_position_embeddings", 512))
-    decoder = kind.arch == "decoder"
-    # a decoder embedder reads the last token (its only token that saw the whole text) and is compared by cosine
-    normalize, pool = decoder, "last" if decoder else "mean"
+    pool, normalize = default_pooling(kind.arch)
     if ref.format == "sentence-transformers":
         normalize = False
         modules = json.loads((path / "modules.json").read_text())

@@ -73,8 +73,19 @@ def request_lengths(path: str | Path, tokenizer_dir: str | Path | None = None) -
             prompts[i] = n
         how = f"token counts from the model's tokenizer ({Path(tokenizer_dir) / 'tokenizer.json'})"
         return prompts, outputs, how if len(texts) == len(prompts) else how + " and from the file"
+    return prompts, outputs, _estimated(tokenizer_dir) if estimated else "token counts from the file"
+
+
+def _estimated(tokenizer_dir: str | Path | None) -> str:
     why = ("no tokenizer.json beside the model" if not tokenizer_dir or not (Path(tokenizer_dir) / "tokenizer.json").is_file()
            else "the tokenizers library is not installed")
-    how = (f"estimated at 4 characters per token ({why}; CJK text runs about 1 token per character, so it is "
-           "under-counted)") if estimated else "token counts from the file"
-    return prompts, outputs, how
+    return (f"estimated at 4 characters per token ({why}; CJK text runs about 1 token per character, so it is "
+            "under-counted)")
+
+
+def count_tokens(texts: list[str], tokenizer_dir: str | Path | None) -> tuple[list[int], str]:
+    """Token counts of `texts` with the tokenizer.json in `tokenizer_dir` (else estimated), and how they were got."""
+    count = _counter(tokenizer_dir)
+    if count is not None:
+        return count(texts), f"token counts from the model's tokenizer ({Path(str(tokenizer_dir)) / 'tokenizer.json'})"
+    return [max(1, round(len(t) / CHARS_PER_TOKEN)) for t in texts], _estimated(tokenizer_dir)
