@@ -73,7 +73,8 @@ def make_task(cfg: TuneConfig, console, candidates=None):
 
     ref = resolve_model(cfg.model)
     kind = model_kind(ref, cfg.task)
-    console.print(f"model: {ref.name} is a {kind.label} ({kind.why})", highlight=False)
+    article = "an" if kind.label[:1] in "aeiou" else "a"
+    console.print(f"model: {ref.name} is {article} {kind.label} ({kind.why})", highlight=False)
     if kind.task == "generate":
         from infertune.tasks.causal_lm.task import CausalLMTask
 
