@@ -42,3 +42,36 @@ def test_the_pass_estimate_counts_the_compiles_and_measure_keeps_what_it_warmed(
     task.measure(w, cand, max_s=None)
     assert w.calls[-1] == [1]  # later passes measure what the first one warmed, n stays comparable
     assert task.pass_s(None, cand) == task.call_s["c"]
+
+
+class _TimedWorker(_Worker):
+    """Each call takes `first` seconds the first time (a compile or a capture there) and `per_step` per step."""
+
+    def __init__(self, clock, first, per_step):
+        super().__init__()
+        self.clock, self.first, self.per_step = clock, first, per_step
+
+    def call(self, what, timeout, **kw):
+        self.clock.t += (self.first if not self.calls else 0.0) + self.per_step * kw["steps"]
+        return super().call(what, timeout, **kw)
+
+
+def _probe(monkeypatch, first, per_step):
+    import infertune.tasks.causal_lm.task as mod
+
+    clock = SimpleNamespace(t=0.0)
+    monkeypatch.setattr(mod.time, "monotonic", lambda: clock.t)
+    task = CausalLMTask.__new__(CausalLMTask)
+    task.cfg = SimpleNamespace(candidate_timeout_s=600.0)
+    task.plan = {"batches": [1, 4], "ttft": {"8": [0] * 8}, "ctx": [0] * 8, "steps": 16}
+    task.call_s, task.warm_s = {}, {}
+    task.probe(_TimedWorker(clock, first, per_step), SimpleNamespace(id="c"), 30.0)
+    return task.warm_s["c"]
+
+
+def test_the_probe_counts_only_the_warm_ups_excess_as_a_compile(monkeypatch):
+    # an eager loop on a loaded box: slow steps, nothing compiled; its first pass keeps every batch size
+    assert _probe(monkeypatch, first=0.0, per_step=2.0) == 0.0
+    assert warm_batches([1, 4], _probe(monkeypatch, first=0.0, per_step=2.0), 5.0) == [1, 4]
+    # a compiled engine: the warm-up's 100 s compile is what the next batch size will cost again
+    assert 90.0 <= _probe(monkeypatch, first=100.0, per_step=0.01) <= 100.0
