@@ -20,7 +20,9 @@ def test_quick_tune_contract(smollm2_artifact):
         assert c["status"] == "ok", c["reason"]
         assert c["tokens_per_s"] > 0
         assert set(c["tpot_by_batch"]) == {"1", "4"}
-        assert c["tpot_ms"]["n"] >= 8 and c["ttft_ms"]["p50"] > 0
+        # a pass over its share of the budget runs fewer decode steps (at least 2): n says how many it got,
+        # and a loaded box gets fewer (CI under a CPU hog: 4)
+        assert c["tpot_ms"]["n"] >= 2 and c["ttft_ms"]["p50"] > 0
         assert c["roofline_fraction"] > 0
         for k in ("ppl_delta_rel", "top1_agreement", "kl_mean"):
             assert c["accuracy"][k] is not None
