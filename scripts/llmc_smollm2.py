@@ -5,6 +5,7 @@ model, the reference) and compare the first greedy tokens. Results: docs/measure
   PYTHONPATH=src HF_HUB_OFFLINE=1 nice -n 19 .venv/bin/python scripts/llmc_smollm2.py calib
   ... scripts/llmc_smollm2.py make int8-w8a8            # or w4a16 [--group 64]
   ... scripts/llmc_smollm2.py serve DIR NAME [--port 8123]
+  ... scripts/llmc_smollm2.py compare smollm2-bf16 NAME...   # first greedy tokens against the reference's
 """
 
 from __future__ import annotations
@@ -92,6 +93,28 @@ def serve(a) -> None:
     print(json.dumps(rec, indent=1))
 
 
+def compare(a) -> None:
+    """Each served checkpoint's first N_TOKENS greedy tokens against the reference's: tokens before the first
+    divergence, per prompt."""
+    ref = json.loads((OUT / f"serve-{a.ref}.json").read_text())
+    rows = {}
+    for name in a.names:
+        got = json.loads((OUT / f"serve-{name}.json").read_text())
+        if not got.get("loaded"):
+            rows[name] = {"loaded": False, "error": got.get("error")}
+            continue
+        match = []
+        for r, g in zip(ref["samples"], got["samples"], strict=True):
+            n = next((i for i, (x, y) in enumerate(zip(r["tokens"], g["tokens"], strict=True)) if x != y), N_TOKENS)
+            match.append(n)
+        rows[name] = {"loaded": True, "load_s": got["load_s"], "prefix_match": match,
+                      "agreement": round(sum(match) / (N_TOKENS * len(match)), 3),
+                      "exact": sum(m == N_TOKENS for m in match), "texts": [x["text"] for x in got["samples"]]}
+    rows[a.ref] = {"loaded": True, "load_s": ref["load_s"], "texts": [x["text"] for x in ref["samples"]]}
+    (OUT / "compare.json").write_text(json.dumps(rows, indent=2) + "\n")
+    print(json.dumps(rows, indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -104,10 +127,13 @@ def main() -> None:
     s.add_argument("dir")
     s.add_argument("name")
     s.add_argument("--port", type=int, default=8123)
+    c = sub.add_parser("compare")
+    c.add_argument("ref")
+    c.add_argument("names", nargs="+")
     a = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     WORK.mkdir(parents=True, exist_ok=True)
-    {"calib": calib, "make": make, "serve": serve}[a.cmd](a)
+    {"calib": calib, "make": make, "serve": serve, "compare": compare}[a.cmd](a)
 
 
 if __name__ == "__main__":

