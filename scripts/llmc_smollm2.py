@@ -68,6 +68,8 @@ def serve(a) -> None:
 
     tok = AutoTokenizer.from_pretrained(MODEL)
     argv = [VLLM_PY, "-m", API_MODULE] + vllm_args(a.dir, "bfloat16", 2048, a.port, served_name=a.name)
+    if a.eager:  # no torch.compile warm-up: ~5 of the reference's 10 minutes to /health on the loaded box
+        argv.append("--enforce-eager")
     log = WORK / f"vllm-{a.name}.log"
     log.unlink(missing_ok=True)
     rec: dict = {"name": a.name, "dir": str(a.dir), "argv": argv, "log": str(log)}
@@ -127,6 +129,7 @@ def main() -> None:
     s.add_argument("dir")
     s.add_argument("name")
     s.add_argument("--port", type=int, default=8123)
+    s.add_argument("--eager", action="store_true")
     c = sub.add_parser("compare")
     c.add_argument("ref")
     c.add_argument("names", nargs="+")
