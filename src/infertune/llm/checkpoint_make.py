@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import time
@@ -25,6 +26,7 @@ from infertune.llm.checkpoint_rules import QUANT, Modifier, Scheme
 from infertune.llm.checkpoint_step import LLMC_PIN, LLMC_VENV, MAX_SEQ, oneshot_args, oneshot_code
 
 RECORD_SUFFIX = ".infertune.json"
+PROGRESS = re.compile(r"\d+%\|.*\|")  # a tqdm bar ("(3/31): Calibrating:  20%|██| 14/71 [...]")
 # the child prints what ran, so the record names the versions that made the checkpoint, not the ones we hoped for
 VERSIONS = ("import json, importlib.metadata as m\n"
             "def v(p):\n    try:\n        return m.version(p)\n    except m.PackageNotFoundError:\n        return 'absent'\n"
@@ -104,7 +106,8 @@ def _run(argv: list[str], log: Path, label: str, console) -> tuple[int, list[str
                 f.write(line)
                 f.flush()
                 if line.strip():
-                    tail.append(line.rstrip())
+                    if not PROGRESS.search(line):  # an error's last lines, not tqdm's bars, go into the message
+                        tail.append(line.rstrip())
                     status.update(f"llm-compressor {label}: {time.monotonic() - t0:.0f} s  {line.strip()[:100]}")
             code = proc.wait()
         except BaseException:  # Ctrl-C: no orphaned quantizer holding the model in memory

@@ -16,6 +16,8 @@ FAKE = '''
 import json, os, pathlib
 def oneshot(**kw):
     if os.environ.get("FAKE_LLMC_FAIL"):
+        for i in range(30):
+            print(f"(1/31): Calibrating:  {i}%|##   | {i}/71 [00:01<00:05,  1.2it/s]", flush=True)
         raise RuntimeError("GPTQ: Hessian of model.layers.0.self_attn.q_proj is not positive definite")
     out = pathlib.Path(kw["output_dir"]); out.mkdir(parents=True)
     print("Quantizing model.layers.0 ...", flush=True)
@@ -83,6 +85,7 @@ def test_a_failing_step_is_an_infertune_error_with_the_log_tail(venv, model, tmp
     with pytest.raises(InfertuneError, match="not positive definite") as e:
         make_checkpoint(model, W4A16, calib(tmp_path, 3), tmp_path / "out", venv)
     assert "exit code 1" in str(e.value) and not (tmp_path / f"out{RECORD_SUFFIX}").exists()
+    assert "Calibrating" not in str(e.value)  # 30 progress bars came last; the message skips them
 
 
 def test_missing_venv_says_how_to_make_it(tmp_path, model, monkeypatch):
