@@ -150,7 +150,7 @@ def make_checkpoint(model_dir: str | Path, scheme: Scheme, calib_file: str | Pat
     console.print(f"llm-compressor {scheme.label}: {model.name} -> {out} ({n} calibration texts; log {log})")
     code, tail, wall = _run(argv, log, scheme.label, console)
     if code != 0 or not (out / "config.json").is_file():
-        why = f"exit code {code}" if code else "it wrote no config.json"
+        why = (f"killed by signal {-code}" if code < 0 else f"exit code {code}") if code else "it wrote no config.json"
         raise InfertuneError(f"llm-compressor {scheme.label} failed on {model} ({why}, after {wall:.0f} s). "
                              f"Last lines of {log}:\n" + "\n".join(tail[-12:]))
     text = log.read_text(encoding="utf-8", errors="replace")

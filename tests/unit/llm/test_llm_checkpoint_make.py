@@ -15,6 +15,8 @@ from infertune.llm.checkpoint_rules import FP8, INT8, W4A16
 FAKE = '''
 import json, os, pathlib
 def oneshot(**kw):
+    if os.environ.get("FAKE_LLMC_KILL"):
+        os.kill(os.getpid(), 9)
     if os.environ.get("FAKE_LLMC_FAIL"):
         for i in range(30):
             print(f"(1/31): Calibrating:  {i}%|##   | {i}/71 [00:01<00:05,  1.2it/s]", flush=True)
@@ -86,6 +88,12 @@ def test_a_failing_step_is_an_infertune_error_with_the_log_tail(venv, model, tmp
         make_checkpoint(model, W4A16, calib(tmp_path, 3), tmp_path / "out", venv)
     assert "exit code 1" in str(e.value) and not (tmp_path / f"out{RECORD_SUFFIX}").exists()
     assert "Calibrating" not in str(e.value)  # 30 progress bars came last; the message skips them
+
+
+def test_a_killed_step_says_so(venv, model, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_LLMC_KILL", "1")
+    with pytest.raises(InfertuneError, match="killed by signal 9"):
+        make_checkpoint(model, W4A16, calib(tmp_path, 3), tmp_path / "out", venv)
 
 
 def test_missing_venv_says_how_to_make_it(tmp_path, model, monkeypatch):
