@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test bench venv lint clean vllm-env browser screenshots image
+.PHONY: demo test bench venv lint clean vllm-env llmc-env browser screenshots image
 
 # pip's chatter (index warnings) goes to a log; it is shown only when the install fails
 $(STAMP): pyproject.toml constraints.txt
@@ -38,6 +38,19 @@ $(VLLM_VENV)/.installed:
 $(SMOLLM2_HF)/config.json: | $(STAMP)
 	$(BIN)/python scripts/smollm2_to_hf.py $(SMOLLM2_HF)
 vllm-env: $(VLLM_VENV)/.installed $(SMOLLM2_HF)/config.json
+
+# llm-compressor (quantized checkpoints for vLLM, llm/checkpoint_make.py) lives in its own venv: llmcompressor
+# 0.14.0.1 pins torch>=2.10,<=2.14, transformers>=5.15,<=5.17 and compressed-tensors==0.19.0, and .venv has
+# transformers 5.19. torch==2.13.0 is the CPU wheel .venv-vllm uses (pip's cache or /opt/wheels); what the
+# install resolved is pinned in constraints-llmc.txt. Not in `make test`: it is optional, like a GPU.
+LLMC_VENV := .venv-llmc
+$(LLMC_VENV)/.installed: constraints-llmc.txt
+	@echo "setting up $(LLMC_VENV) for llm-compressor (log: $(LLMC_VENV)-install.log)"
+	test -x $(LLMC_VENV)/bin/python || $(PY) -m venv $(LLMC_VENV)
+	@( nice -n 19 $(LLMC_VENV)/bin/python -m pip install -q -c constraints-llmc.txt torch==2.13.0 llmcompressor==0.14.0.1 ) \
+	   > $(LLMC_VENV)-install.log 2>&1 || (tail -40 $(LLMC_VENV)-install.log; exit 1)
+	touch $@
+llmc-env: $(LLMC_VENV)/.installed
 
 # The report browser test drives a headless chromium through playwright (pip, in the dev extra). Playwright's
 # own browser download comes from a CDN that build boxes cannot reach, so the browser is Debian's chromium
@@ -80,7 +93,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .cache runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(LLMC_VENV) .cache runs .pytest_cache
 
 # issue 29, point 2: no image builder can build here (buildah installs and runs, but docker.io is unreachable, so
 # there is no base image), so this runs the Dockerfiles' install steps (docker/install.sh) in a fresh venv from the

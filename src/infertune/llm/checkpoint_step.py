@@ -21,8 +21,8 @@ from pydantic import BaseModel
 from infertune.llm.checkpoint_rules import Scheme, lit
 
 LLMC_PIN = "llmcompressor==0.14.0.1"
-LLMC_VENV = ".venv-llmcompressor"
-INSTALL = f"python3 -m venv {LLMC_VENV} && {LLMC_VENV}/bin/pip install {LLMC_PIN}"
+LLMC_VENV = ".venv-llmc"  # `make llmc-env` builds it (CPU torch 2.13.0; pins in constraints-llmc.txt)
+INSTALL = f"python3 -m venv {LLMC_VENV} && {LLMC_VENV}/bin/pip install torch==2.13.0 {LLMC_PIN}"
 MAX_SAMPLES = 512  # oneshot's default num_calibration_samples, and where vLLM's guides start
 MAX_SEQ = 2048  # vLLM's llm-compressor guides' starting max_seq_length
 EVAL_FRACTION = 0.7  # TuneConfig.eval_fraction's default: the calibration split is the other 30%
@@ -64,9 +64,31 @@ def calibration_of(scheme: Scheme, out: str, workload: str | None, n_calibration
         "requests": n_calibration,
         "file": f"{out}.calibration/train.json",
         "format": 'JSON lines, {"text": the request rendered with the model\'s chat template}',
-        "written_by": "not yet written by infertune (issue 26: tune will write it); oneshot reads it as the "
-                      "'train' split of a json dataset",
+        "written_by": "infertune.llm.calibration.write_calibration (make_checkpoint writes it); oneshot reads it "
+                      "as the 'train' split of a json dataset",
     }
+
+
+def oneshot_args(scheme: Scheme, model: str, out: str, dataset_path: str, n_calibration: int | None,
+                 max_seq_length: int = MAX_SEQ) -> dict[str, Any]:
+    """oneshot's keyword arguments, the recipe apart. `dataset_path` is the folder that holds train.json."""
+    args: dict[str, Any] = {"model": model}
+    if scheme.calibrated:  # oneshot without a dataset runs data-free (what FP8_DYNAMIC needs)
+        args |= {"dataset": "json", "dataset_path": dataset_path, "splits": "train", "text_column": "text",
+                 "num_calibration_samples": min(MAX_SAMPLES, n_calibration or MAX_SAMPLES),
+                 "max_seq_length": min(MAX_SEQ, max_seq_length)}
+    args["output_dir"] = out
+    return args
+
+
+def oneshot_code(scheme: Scheme, args: dict[str, Any], recipe: tuple | None = None) -> str:
+    """One line of Python that runs oneshot with `args` and the scheme's recipe (or `recipe`, same shape)."""
+    mods = scheme.recipe if recipe is None else recipe
+    imports = "; ".join(f"from {m} import {', '.join(sorted({x.name for x in mods if x.module == m}))}"
+                        for m in dict.fromkeys(x.module for x in mods))
+    return (f"from llmcompressor import oneshot; {imports}; oneshot("
+            + ", ".join(f"{k}={lit(v)}" for k, v in args.items())
+            + ", recipe=[" + ", ".join(x.call() for x in mods) + "])")
 
 
 def llm_compressor_step(scheme: Scheme, model: str, name: str, *, workload: str | None = None,
@@ -74,21 +96,13 @@ def llm_compressor_step(scheme: Scheme, model: str, name: str, *, workload: str 
     """The llm-compressor step for `scheme` on `model` (a directory or hub id)."""
     out = output_dir(model, name, scheme)
     cal = calibration_of(scheme, out, workload, n_calibration)
-    args: dict[str, Any] = {"model": model}
-    if scheme.calibrated:  # oneshot without a dataset runs data-free (what FP8_DYNAMIC needs)
-        args |= {"dataset": "json", "dataset_path": f"{out}.calibration", "splits": "train", "text_column": "text",
-                 "num_calibration_samples": min(MAX_SAMPLES, n_calibration or MAX_SAMPLES),
-                 "max_seq_length": min(MAX_SEQ, max_seq_length)}
-    args["output_dir"] = out
-    imports = "; ".join(f"from {m} import {', '.join(sorted({x.name for x in scheme.recipe if x.module == m}))}"
-                        for m in dict.fromkeys(x.module for x in scheme.recipe))
-    code = (f"from llmcompressor import oneshot; {imports}; oneshot("
-            + ", ".join(f"{k}={lit(v)}" for k, v in args.items())
-            + ", recipe=[" + ", ".join(x.call() for x in scheme.recipe) + "])")
+    args = oneshot_args(scheme, model, out, f"{out}.calibration", n_calibration, max_seq_length)
+    code = oneshot_code(scheme, args)
     return CheckpointStep(
         scheme=scheme.id, label=scheme.label, output=out, oneshot=args, calibration=cal,
         recipe=[{"modifier": x.name, "module": x.module, "args": dict(x.args)} for x in scheme.recipe],
         command=shlex.join([f"{LLMC_VENV}/bin/python", "-c", code]))
 
 
-__all__ = ["CheckpointStep", "llm_compressor_step", "output_dir", "INSTALL", "LLMC_PIN"]
+__all__ = ["CheckpointStep", "llm_compressor_step", "oneshot_args", "oneshot_code", "output_dir", "INSTALL", "LLMC_PIN",
+           "LLMC_VENV"]

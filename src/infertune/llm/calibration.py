@@ -1,0 +1,72 @@
+"""The workload's length-stratified calibration split, written where llm-compressor's `oneshot` reads it.
+
+The split is the one tune uses for every family (infertune.workload.stratified_split over prompt token counts,
+eval_fraction 0.7, seed 0): 30% of each token-length bucket, so a workload whose tail is long prompts calibrates
+on long prompts too. Each request is rendered with the model's chat template, because that is the text vLLM's
+engine sees (the template's special tokens are part of the activations the scales must cover).
+
+The file is `<dir>/train.json`, JSON lines `{"text": ...}`: oneshot(dataset="json", dataset_path=<dir>,
+splits="train", text_column="text") loads it as the "train" split (llm/checkpoint_step.py names that command).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from infertune.llm.checkpoint_step import EVAL_FRACTION
+
+FILE = "train.json"  # oneshot's `splits="train"` picks the data file whose name holds the split name
+
+
+class CalibrationSplit(BaseModel):
+    """What was written: enough for the checkpoint's record and for oneshot's num_calibration_samples."""
+
+    file: str
+    source: str  # the workload file
+    n: int  # requests in the split
+    n_workload: int
+    eval_fraction: float
+    seed: int
+    tokens: dict[str, float]  # prompt tokens of the split (chat template applied): min, p50, max, total
+    histogram: list[dict[str, Any]]  # per token-length bucket, as the tune report shows the workload
+
+
+def split_indices(lengths: list[int], eval_fraction: float = EVAL_FRACTION, seed: int = 0) -> list[int]:
+    """Indices of the calibration requests: the stratified split's calibration side (the rest is tune's eval)."""
+    from infertune.workload import stratified_split
+
+    return stratified_split(lengths, eval_fraction, seed)[0]
+
+
+def write_calibration(out_dir: str | Path, tokenizer, workload: str | Path | None = None, *,
+                      eval_fraction: float = EVAL_FRACTION, seed: int = 0) -> CalibrationSplit:
+    """Write the calibration split of `workload` (None: the built-in chat sample) to `out_dir`/train.json.
+
+    `tokenizer` is the model's (transformers; anything with __call__ and apply_chat_template): it renders the
+    chat requests and counts their tokens, the lengths the split is stratified on.
+    """
+    from infertune.llm.workload import load_chat_workload
+    from infertune.workload import histogram
+
+    reqs, source = load_chat_workload(workload)
+    texts = [r.render(tokenizer) for r in reqs]
+    lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    keep = split_indices(lengths, eval_fraction, seed)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / FILE
+    with path.open("w", encoding="utf-8") as f:
+        for i in keep:
+            f.write(json.dumps({"text": texts[i]}, ensure_ascii=False) + "\n")
+    sub = sorted(lengths[i] for i in keep)
+    return CalibrationSplit(
+        file=str(path), source=source, n=len(keep), n_workload=len(reqs), eval_fraction=eval_fraction, seed=seed,
+        tokens={"min": sub[0], "p50": sub[len(sub) // 2], "max": sub[-1], "total": sum(sub)} if sub else {},
+        histogram=histogram(sub))
+
+
+__all__ = ["CalibrationSplit", "write_calibration", "split_indices", "FILE"]

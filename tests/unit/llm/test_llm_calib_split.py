@@ -1,0 +1,70 @@
+"""Issue 26: the calibration file llm-compressor's oneshot reads is the workload's length-stratified calibration
+split, rendered with the chat template, in the JSON-lines shape the step's command names."""
+
+import json
+
+from infertune.llm.calibration import split_indices, write_calibration
+from infertune.llm.checkpoint_rules import W4A16
+from infertune.llm.checkpoint_step import llm_compressor_step
+from infertune.workload import bucket_of
+
+
+class WordTokenizer:
+    """One token per whitespace-separated word; a chat template that marks the turns, as SmolLM2's does."""
+
+    chat_template = "marks"
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": list(range(len(text.split())))}
+
+    def apply_chat_template(self, msgs, add_generation_prompt, tokenize):
+        return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in msgs) + "<|im_start|>assistant\n"
+
+
+def workload(tmp_path, lengths):
+    p = tmp_path / "chats.jsonl"
+    p.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"q{i} " + "w " * (n - 1)}]}) + "\n"
+                         for i, n in enumerate(lengths)))
+    return p
+
+
+def test_split_keeps_each_length_bucket_and_renders_the_template(tmp_path):
+    # 40 short prompts and 10 long ones: a random 30% could miss the long tail; the stratified split cannot
+    lengths = [10] * 40 + [900] * 10
+    got = write_calibration(tmp_path / "cal", WordTokenizer(), workload(tmp_path, lengths))
+    rows = [json.loads(x) for x in (tmp_path / "cal" / "train.json").read_text().splitlines()]
+    assert got.n == len(rows) == 15 and got.n_workload == 50  # 30% of 40 + 30% of 10
+    assert all(set(r) == {"text"} for r in rows)
+    assert all(r["text"].startswith("<|im_start|>user\nq") and r["text"].endswith("<|im_start|>assistant\n")
+               for r in rows)
+    words = [len(r["text"].split()) for r in rows]
+    long = sum(n > 512 for n in words)
+    assert long == 3 and len(rows) - long == 12  # the long bucket's share is the workload's: 10 of 50
+    assert got.tokens["max"] > 512 and got.tokens["min"] < 16
+    assert {h["bucket"]: h["count"] for h in got.histogram if h["count"]} == {"1-16": 12, ">512": 3}
+
+
+def test_split_is_tunes_calibration_side_deterministic_and_disjoint_from_eval(tmp_path):
+    from infertune.workload import stratified_split
+
+    lengths = [5 + (i * 37) % 700 for i in range(120)]
+    seen = [n + 3 for n in lengths]  # what the tokenizer counts: the template adds 3 words to the content
+    calib, evals = stratified_split(seen, 0.7, 0)
+    assert split_indices(seen) == calib and not set(calib) & set(evals)
+    a = write_calibration(tmp_path / "a", WordTokenizer(), workload(tmp_path, lengths))
+    b = write_calibration(tmp_path / "b", WordTokenizer(), workload(tmp_path, lengths))
+    assert (tmp_path / "a/train.json").read_text() == (tmp_path / "b/train.json").read_text() and a.n == b.n
+    firsts = [json.loads(x)["text"].split("\n")[1].split()[0] for x in (tmp_path / "a/train.json").read_text().splitlines()]
+    assert firsts == [f"q{i}" for i in calib] and a.n == len(calib)
+    assert {bucket_of(seen[i]) for i in calib} == {bucket_of(n) for n in seen}
+
+
+def test_file_is_where_the_step_reads_it(tmp_path):
+    step = llm_compressor_step(W4A16, str(tmp_path / "model"), "model")
+    got = write_calibration(step.oneshot["dataset_path"], WordTokenizer(), workload(tmp_path, [10] * 20))
+    assert got.file == step.calibration["file"]
+
+
+def test_builtin_sample_by_default(tmp_path):
+    got = write_calibration(tmp_path, WordTokenizer())
+    assert got.source.endswith("sample_chat.jsonl") and 0.25 < got.n / got.n_workload < 0.35
