@@ -47,7 +47,7 @@ LLMC_VENV := .venv-llmc
 $(LLMC_VENV)/.installed: constraints-llmc.txt
 	@echo "setting up $(LLMC_VENV) for llm-compressor (log: $(LLMC_VENV)-install.log)"
 	test -x $(LLMC_VENV)/bin/python || $(PY) -m venv $(LLMC_VENV)
-	@( nice -n 19 $(LLMC_VENV)/bin/python -m pip install -q -c constraints-llmc.txt torch==2.13.0 llmcompressor==0.14.0.1 ) \
+	@( $(LLMC_VENV)/bin/python -m pip install -q -c constraints-llmc.txt torch==2.13.0 llmcompressor==0.14.0.1 ) \
 	   > $(LLMC_VENV)-install.log 2>&1 || (tail -40 $(LLMC_VENV)-install.log; exit 1)
 	touch $@
 llmc-env: $(LLMC_VENV)/.installed
