@@ -9,6 +9,8 @@
 #   STEP=qwen:            the Qwen3-Embedding tune alone. SKIP_ENV=1 skips the imports check (20 s there)
 #   STEP=minilm:          `tune minilm --quick`, then `tune minilm` full (MINILM_BUDGET s, default 240): the torchao
 #                         int8/fp8 candidates and the per-bucket accuracy of each (issue 28)
+#   STEP=torchao:         `tune minilm --candidates torchao,torch-eager/fp16` (MINILM_BUDGET s, default 360): the torchao int8/fp8
+#                         candidates beside fp16, each to a verdict (a full run's budget skipped them; issue 28)
 # Models: MiniLM's real weights (fp16-rounded for the carry); the Qwen3 shapes are tests/unit/configs/qwen3-0.6b.json
 # with random weights and SmolLM2's tokenizer (no Qwen3 tokenizer is reachable here). The table prints last.
 # Dry run here: DEVICE=cpu STEP=embed bash scripts/gpu/issue25.sh (slow; checks the plumbing only)
@@ -57,6 +59,11 @@ if [ "$STEP" = minilm ]; then
   tune minilm /tmp/minilm --quick
   tune minilm-full /tmp/minilm --time-budget ${MINILM_BUDGET:-240}
   LABELS="minilm minilm-full"
+fi
+if [ "$STEP" = torchao ]; then
+  [ -d /tmp/minilm ] || $PY scripts/gpu/restore_minilm.py /tmp/minilm > /dev/null || exit 1
+  tune minilm-torchao /tmp/minilm --candidates torchao,torch-eager/fp16 --time-budget ${MINILM_BUDGET:-360}
+  LABELS="minilm-torchao"
 fi
 if [ "$STEP" = embed ] || [ "$STEP" = qwen+lm ] || [ "$STEP" = qwen ]; then
   Q=/tmp/hub/Qwen3-Embedding-0.6B; rm -rf $Q; qwen_dir $Q
