@@ -118,14 +118,16 @@ def trtexec_bench(engine: str, profile: Profile, inputs: tuple[str, ...]) -> lis
              ["--noDataTransfers"])]
 
 
-def checkpoint_step(model_dir: str, model_type: str, dtype: str, tp: int, pp: int) -> list[tuple[str, list[str]]]:
+def checkpoint_step(model_dir: str, model_type: str, dtype: str, tp: int, pp: int,
+                    half: str = "bf16") -> list[tuple[str, list[str]]]:
     """A TensorRT-LLM checkpoint from a Hugging Face directory: ModelOpt quantization for fp8/int4 weights, the
-    family's converter for 16-bit ones. Both scripts live in a TensorRT-LLM checkout ($TRTLLM)."""
+    family's converter for 16-bit ones. Both scripts live in a TensorRT-LLM checkout ($TRTLLM). `half`: the
+    16-bit type of the quantized model's other tensors (fp16 where the GPU has no bf16)."""
     if dtype in ("fp8", "int4", "int8"):
         qformat = {"fp8": "fp8", "int4": "int4_awq", "int8": "int8_sq"}[dtype]
         return [(f"ModelOpt post-training quantization ({qformat}, calibrated on 512 samples) into a TensorRT-LLM "
                  "checkpoint", ["python", "$TRTLLM/examples/quantization/quantize.py", "--model_dir", model_dir,
-                                "--dtype", "bfloat16", "--qformat", qformat, "--kv_cache_dtype", "fp8",
+                                "--dtype", "float16" if half == "fp16" else "bfloat16", "--qformat", qformat, "--kv_cache_dtype", "fp8",
                                 "--calib_size", "512", "--output_dir", "trtllm-ckpt", "--tp_size", str(tp),
                                 "--pp_size", str(pp)])]
     family = _FAMILY.get(model_type, "llama")
@@ -137,7 +139,8 @@ def checkpoint_step(model_dir: str, model_type: str, dtype: str, tp: int, pp: in
 
 
 def trtllm_steps(model_dir: str, model_type: str, dtype: str, *, tp: int, pp: int, max_batch: int,
-                 max_input: int, max_seq: int, max_tokens: int) -> dict[str, list[tuple[str, list[str]]]]:
+                 max_input: int, max_seq: int, max_tokens: int, half: str = "bf16"
+                 ) -> dict[str, list[tuple[str, list[str]]]]:
     """checkpoint -> trtllm-build -> trtllm-serve, with lengths from the workload (capped by the caller)."""
     build = [("compile the checkpoint into engines for this GPU", ["trtllm-build", "--checkpoint_dir", "trtllm-ckpt",
                                                                    "--output_dir", "trtllm-engine"]),
@@ -151,7 +154,7 @@ def trtllm_steps(model_dir: str, model_type: str, dtype: str, *, tp: int, pp: in
               ["trtllm-serve", "trtllm-engine", "--tokenizer", model_dir, "--backend", "tensorrt",
                "--max_batch_size", str(max_batch), "--max_num_tokens", str(max_tokens), "--max_seq_len", str(max_seq),
                "--tp_size", str(tp), "--pp_size", str(pp), "--host", "0.0.0.0", "--port", "8000"])]
-    return {"tensorrt-llm-checkpoint": checkpoint_step(model_dir, model_type, dtype, tp, pp),
+    return {"tensorrt-llm-checkpoint": checkpoint_step(model_dir, model_type, dtype, tp, pp, half),
             "trtllm-build": build, "trtllm-serve": serve}
 
 

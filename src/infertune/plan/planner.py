@@ -271,16 +271,25 @@ def plan(cfg: PlanConfig) -> PlanResult:
                 return tp
         return None
 
-    dtype = cfg.dtype if cfg.dtype != "auto" else ("bf16" if cfg.kv_cache_memory_bytes else None)
+    # vLLM refuses bf16 below compute capability 8.0 (T4, V100): there the 16-bit type is fp16, same bytes
+    half = "bf16" if qp.cc >= (8, 0) else "fp16"
+    if cfg.dtype == "bf16" and half == "fp16" and not qp.pre:
+        from infertune.errors import InfertuneError
+
+        raise InfertuneError(f"--dtype bf16 on {g['name']}: compute capability {'.'.join(map(str, qp.cc))} has no "
+                             "bf16 (it needs 8.0) and vLLM refuses it; use --dtype fp16 (the same memory) or auto")
+    dtype = cfg.dtype if cfg.dtype != "auto" else (half if cfg.kv_cache_memory_bytes else None)
     if qp.pre:  # a quantized checkpoint already: its weights are what they are
         if cfg.dtype not in ("auto", qp.pre[0]):
             notes.append(f"--dtype {cfg.dtype} ignored: the directory holds {qp.pre[0]} weights ({qp.pre[1]})")
         dtype = qp.pre[0]
     if dtype is None:
-        options = ["bf16"] + qp.auto_order()  # quantized fallbacks: only schemes vLLM serves on this GPU
-        dtype = next((d for d in options if first_fit(d, 1.0)), "bf16")
-        if dtype != "bf16":
-            notes.append(f"bf16 weights do not fit on {limit} x {g['name']}; planning with {dtype}")
+        options = [half] + qp.auto_order()  # quantized fallbacks: only schemes vLLM serves on this GPU
+        dtype = next((d for d in options if first_fit(d, 1.0)), half)
+        if dtype != half:
+            notes.append(f"{half} weights do not fit on {limit} x {g['name']}; planning with {dtype}")
+        if half == "fp16":
+            notes.append(f"fp16, not bf16: {g['name']} (compute capability {'.'.join(map(str, qp.cc))}) has no bf16")
     notes += qp.check(dtype) + qp.kv_notes(cfg.kv_cache_dtype)
     tp = first_fit(dtype, 1.0)
     tp_conc = first_fit(dtype, float(conc))
@@ -346,7 +355,7 @@ def plan(cfg: PlanConfig) -> PlanResult:
 
     max_input = min(wl.get("prompt_p100", context), context)
     trt = trtllm_steps(model_dir, a.model_type, dtype, tp=use_tp, pp=pp, max_batch=max_seqs, max_input=max_input,
-                       max_seq=context, max_tokens=max(batched, max_input))
+                       max_seq=context, max_tokens=max(batched, max_input), half=half)
     commands = {**({"llm-compressor": step.command} if step else {}), "vllm": vcmd,
                 **{k: one_line(v) for k, v in trt.items()},
                 "docker": docker_cmd(served or model_dir, Path(served).name if served else name, vcmd, use_tp, use_tp)}

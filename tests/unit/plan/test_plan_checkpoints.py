@@ -83,6 +83,24 @@ def test_t4_falls_back_to_int8_w8a8_not_fp8():
     assert by_scheme(r)["fp8-dynamic"]["status"] == "dropped"
 
 
+def test_a_16_bit_plan_below_compute_capability_8_is_fp16_everywhere():
+    """A model whose 16-bit weights fit a T4 (CC 7.5): vLLM refuses --dtype bfloat16 there, so every command
+    says float16, and the plan says why."""
+    r = plan(PlanConfig(model=str(CONFIGS / "qwen3-0.6b.json"), gpu="T4"))
+    assert r.dtype == "fp16"
+    assert "--dtype float16" in r.commands["vllm"] and "bfloat16" not in " ".join(r.commands.values())
+    assert any("has no bf16" in n for n in r.notes)
+    q = plan(PlanConfig(model=LLAMA, gpu="T4"))  # ModelOpt's int8 path: its other tensors in fp16 too
+    assert "bfloat16" not in q.commands["tensorrt-llm-checkpoint"]
+    h = plan(PlanConfig(model=str(CONFIGS / "qwen3-0.6b.json"), gpu="H100"))
+    assert h.dtype == "bf16" and "--dtype bfloat16" in h.commands["vllm"]
+
+
+def test_bf16_asked_for_below_compute_capability_8_is_a_user_mistake():
+    with pytest.raises(InfertuneError, match="no bf16.*--dtype fp16"):
+        plan(PlanConfig(model=str(CONFIGS / "qwen3-0.6b.json"), gpu="T4", dtype="bf16"))
+
+
 @pytest.mark.parametrize("gpu", [g["name"] for g in gpu_table()])
 @pytest.mark.parametrize("dtype", ["auto", *QUANTIZED])
 def test_no_quantization_flag_anywhere_and_a_quantized_plan_always_has_its_step(gpu, dtype):
