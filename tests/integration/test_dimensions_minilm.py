@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from infertune.config import Batching, TuneConfig
+from infertune.config import AccuracyBudget, Batching, TuneConfig
 
 
 @pytest.mark.slow
@@ -28,10 +28,13 @@ def test_minilm_is_told_truncation_costs_too_much(tmp_path):
     emb = load_backend(cand.backend).prepare(spec, cand, "cpu", tmp_path, [])
     vec = emb.embed(texts, Batching(kind="tokens", size=2048), pooled=True)
     lines = []
-    task = SimpleNamespace(cfg=TuneConfig(dimensions="auto"), ref=ref, spec=spec, result=SimpleNamespace(dimensions={}),
+    # the default bound (9 of 10 neighbours) sits 0.001 above what 256 dims keep here (0.899), one neighbour in
+    # 1,210: a rounding difference between CPUs could flip it. 0.95 asks the same question with a margin.
+    budget = AccuracyBudget(min_topk_overlap=0.95)
+    task = SimpleNamespace(cfg=TuneConfig(dimensions="auto", accuracy=budget), ref=ref, spec=spec, result=SimpleNamespace(dimensions={}),
                            console=SimpleNamespace(print=lambda s, **_: lines.append(s)))
     assert judged_dims(task, vec, embed=None) == spec.dim == 384
     d = task.result.dimensions
     print("\n" + d["why"] + "\n" + str(d["tried"]))
     assert d["matryoshka"] is False and "truncation costs too much" in d["why"]
-    assert all(not t["ok"] for t in d["tried"])  # not even 256 of 384 dims keeps 9 of 10 neighbours
+    assert all(not t["ok"] for t in d["tried"])  # not even 256 of 384 dims keeps 95% of the neighbours
