@@ -31,7 +31,8 @@ def test_minilm_is_told_truncation_costs_too_much(tmp_path):
     # the default bound (9 of 10 neighbours) sits 0.001 above what 256 dims keep here (0.899), one neighbour in
     # 1,210: a rounding difference between CPUs could flip it. 0.95 asks the same question with a margin.
     budget = AccuracyBudget(min_topk_overlap=0.95)
-    task = SimpleNamespace(cfg=TuneConfig(dimensions="auto", accuracy=budget), ref=ref, spec=spec, result=SimpleNamespace(dimensions={}),
+    task = SimpleNamespace(cfg=TuneConfig(dimensions="auto", accuracy=budget), ref=ref, spec=spec,
+                           result=SimpleNamespace(dimensions={}),
                            console=SimpleNamespace(print=lambda s, **_: lines.append(s)))
     assert judged_dims(task, vec, embed=None) == spec.dim == 384
     d = task.result.dimensions

@@ -127,9 +127,9 @@ def checkpoint_step(model_dir: str, model_type: str, dtype: str, tp: int, pp: in
         qformat = {"fp8": "fp8", "int4": "int4_awq", "int8": "int8_sq"}[dtype]
         return [(f"ModelOpt post-training quantization ({qformat}, calibrated on 512 samples) into a TensorRT-LLM "
                  "checkpoint", ["python", "$TRTLLM/examples/quantization/quantize.py", "--model_dir", model_dir,
-                                "--dtype", "float16" if half == "fp16" else "bfloat16", "--qformat", qformat, "--kv_cache_dtype", "fp8",
-                                "--calib_size", "512", "--output_dir", "trtllm-ckpt", "--tp_size", str(tp),
-                                "--pp_size", str(pp)])]
+                                "--dtype", "float16" if half == "fp16" else "bfloat16", "--qformat", qformat,
+                                "--kv_cache_dtype", "fp8", "--calib_size", "512", "--output_dir", "trtllm-ckpt",
+                                "--tp_size", str(tp), "--pp_size", str(pp)])]
     family = _FAMILY.get(model_type, "llama")
     return [(f"16-bit weights into a TensorRT-LLM checkpoint split for TP={tp} x PP={pp} (the converter of the "
              f"{family} family; before TensorRT-LLM 0.17 it sat in examples/{family}/)",

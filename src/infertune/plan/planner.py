@@ -271,13 +271,12 @@ def plan(cfg: PlanConfig) -> PlanResult:
                 return tp
         return None
 
-    # vLLM refuses bf16 below compute capability 8.0 (T4, V100): there the 16-bit type is fp16, same bytes
-    half = "bf16" if qp.cc >= (8, 0) else "fp16"
+    half = qp.half
     if cfg.dtype == "bf16" and half == "fp16" and not qp.pre:
         from infertune.errors import InfertuneError
 
-        raise InfertuneError(f"--dtype bf16 on {g['name']}: compute capability {'.'.join(map(str, qp.cc))} has no "
-                             "bf16 (it needs 8.0) and vLLM refuses it; use --dtype fp16 (the same memory) or auto")
+        raise InfertuneError(f"--dtype bf16 on {g['name']}: compute capability {g['cc']} has no bf16 (it needs "
+                             "8.0) and vLLM refuses it; use --dtype fp16 (the same memory) or auto")
     dtype = cfg.dtype if cfg.dtype != "auto" else (half if cfg.kv_cache_memory_bytes else None)
     if qp.pre:  # a quantized checkpoint already: its weights are what they are
         if cfg.dtype not in ("auto", qp.pre[0]):
@@ -289,7 +288,7 @@ def plan(cfg: PlanConfig) -> PlanResult:
         if dtype != half:
             notes.append(f"{half} weights do not fit on {limit} x {g['name']}; planning with {dtype}")
         if half == "fp16":
-            notes.append(f"fp16, not bf16: {g['name']} (compute capability {'.'.join(map(str, qp.cc))}) has no bf16")
+            notes.append(f"fp16, not bf16: {g['name']} (compute capability {g['cc']}) has no bf16")
     notes += qp.check(dtype) + qp.kv_notes(cfg.kv_cache_dtype)
     tp = first_fit(dtype, 1.0)
     tp_conc = first_fit(dtype, float(conc))

@@ -64,8 +64,10 @@ class QuantPlan:
         self.rules = {o.weights: o for o in options(caps)}
         self.kv = kv_cache_fp8(caps)
         self.pre = prequantized(raw)
-        # the 16-bit type of a quantized model's activations: bf16 needs compute capability 8.0
-        self.act_dtype = "bfloat16" if self.cc >= (8, 0) else "float16"
+        # the 16-bit type of the weights and of a quantized model's activations: vLLM refuses bf16 below compute
+        # capability 8.0 (T4, V100), where fp16 takes the same bytes
+        self.half = "bf16" if self.cc >= (8, 0) else "fp16"
+        self.act_dtype = "bfloat16" if self.half == "bf16" else "float16"
 
     def auto_order(self) -> list[str]:
         """Quantized dtypes to fall back to when bf16 does not fit, most accurate first: the 8-bit
