@@ -11,6 +11,13 @@
 #                         int8/fp8 candidates and the per-bucket accuracy of each (issue 28)
 #   STEP=torchao:         `tune minilm --candidates torchao,torch-eager/fp16` (MINILM_BUDGET s, default 360): the torchao int8/fp8
 #                         candidates beside fp16, each to a verdict (a full run's budget skipped them; issue 28)
+#   STEP=mixed:           issue 28's GPU precisions on MiniLM: `tune minilm --candidates
+#                         torch-eager/fp16/batches=packed,torchao,mixed --drop-below 0` under a strict budget (MIN_COS,
+#                         default 0.999: the mixed step needs an engine over budget to rescue). --drop-below 0 takes
+#                         every quantized engine to verification, so each has its per-bucket accuracy
+#   STEP=qwen-mixed:      the same on the Qwen3-Embedding shape (random weights: for speed) on the sample workload
+# BUDGET (default 900 s) is a cap, not a wish: these runs end when their work is done, inside the call's 600 s;
+# results.json is copied to $OUT every 10 s, so a call cut short still shows how far it got.
 # Models: MiniLM's real weights (fp16-rounded for the carry); the Qwen3 shapes are tests/unit/configs/qwen3-0.6b.json
 # with random weights and SmolLM2's tokenizer (no Qwen3 tokenizer is reachable here). The table prints last.
 # Dry run here: DEVICE=cpu STEP=embed bash scripts/gpu/issue25.sh (slow; checks the plumbing only)
@@ -65,6 +72,22 @@ if [ "$STEP" = torchao ]; then
   tune minilm-torchao /tmp/minilm --candidates torchao,torch-eager/fp16 --time-budget ${MINILM_BUDGET:-360}
   LABELS="minilm-torchao"
 fi
+partial() {  # $1: label; copies the run's results.json to $OUT while it runs
+  (while sleep 10; do cp $R/$1/results.json "$OUT/$1.partial.json" 2>/dev/null; done) &
+}
+STRICT="--drop-below 0 --min-cosine ${MIN_COS:-0.999} --min-cosine-min 0.99 --time-budget ${BUDGET:-900}"
+if [ "$STEP" = mixed ]; then
+  [ -d /tmp/minilm ] || $PY scripts/gpu/restore_minilm.py /tmp/minilm > /dev/null || exit 1
+  partial minilm-mixed
+  tune minilm-mixed /tmp/minilm --candidates torch-eager/fp16/batches=packed,torchao,mixed $STRICT
+  LABELS="minilm-mixed"
+fi
+if [ "$STEP" = qwen-mixed ]; then
+  Q=/tmp/hub/Qwen3-Embedding-0.6B; rm -rf $Q; qwen_dir $Q
+  partial qwen3emb-mixed
+  tune qwen3emb-mixed $Q --candidates torch-eager/bf16,torchao,mixed $STRICT
+  LABELS="qwen3emb-mixed"
+fi
 if [ "$STEP" = embed ] || [ "$STEP" = qwen+lm ] || [ "$STEP" = qwen ]; then
   Q=/tmp/hub/Qwen3-Embedding-0.6B; rm -rf $Q; qwen_dir $Q
   $PY - "$Q" <<'PY'
@@ -113,9 +136,17 @@ for label in sys.argv[2:]:
     if w:
         print(f"   winner {w['name']} {speed(w):.1f} {unit}; baseline {b.get('name')} {speed(b) or 0:.1f}; "
               f"x{(speed(w) / speed(b)) if speed(b) else float('nan'):.2f}")
+    mp = r.get("mixed_precision") or {}
+    if mp:
+        print(f"   mixed: {({k: v for k, v in mp.items() if k not in ('steps', 'keep_high')})}")
+        print(f"   mixed steps: {[(x['kept_high'], round(x['cosine_mean'], 5), x['meets_budget']) for x in mp.get('steps', [])]}")
+        print(f"   most sensitive: {[(x['layer'], round(x['drop'], 5)) for x in (r.get('sensitivity') or [])[:6]]}")
+    for n in s.get("not_tried", []):
+        print(f"   not tried {n['candidate']}: {n['why'][:150]}")
     for c in r.get("candidates", []):
         cost = (s.get("candidates", {}).get(c["name"]) or {}).get("cost_s")
-        print(f"   {c['name'][:52]:52} {c['status']:8} {c.get('stage') or '-':8} {speed(c) or 0:10.1f} "
+        pr = (c.get("probe") or {}).get("speed") or 0
+        print(f"   {c['name'][:52]:52} {c['status']:8} {c.get('stage') or '-':8} {speed(c) or 0:10.1f} probe {pr:9.1f} "
               f"t={c.get('time_s')} {cost} {(c.get('reason') or '')[:110]}")
         for bk in (c.get("accuracy") or {}).get("by_bucket", []):
             print(f"      bucket {bk['bucket']:>8} n={bk['n']:3} cos mean {bk.get('cosine_mean') or 0:.6f} "

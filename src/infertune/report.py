@@ -163,7 +163,7 @@ def write_report(result: TuneResult, path: Path) -> Path:
     w = result.workload
     sections = "".join(f"<h2>{title}</h2>{plots[k]}" for k, title in (
         ("pareto", "Pareto front: speed vs accuracy"), ("latency", "Latency per batch vs the SLO"),
-        ("memory", "Memory"), ("sensitivity", "Per-layer int8 sensitivity"),
+        ("memory", "Memory"), ("sensitivity", "Per-layer quantization sensitivity"),
         ("lengths", "Workload length histogram")) if k in plots)
     body = f"""<h1>infertune tune: {e(result.model)}</h1>
 {_card(result)}

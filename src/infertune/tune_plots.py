@@ -165,7 +165,9 @@ def tune_plots(result: TuneResult) -> dict[str, str]:
         ax.barh([x.layer for x in s][::-1], [max(x.drop, 1e-7) for x in s][::-1],
                 color=[RED if x.layer in keep else GREY for x in s][::-1])
         ax.set_xscale("log")
-        ax.set_xlabel("1 - mean cosine when only this layer is int8 (red: kept in fp32)")
+        mp = result.mixed_precision
+        ax.set_xlabel(f"1 - mean cosine when only this layer is {mp.get('method', 'torch.ao-dynamic')} "
+                      f"(red: kept in {mp.get('kept_dtype', 'fp32')})")
         ax.tick_params(axis="y", labelsize=6)
         plots["sensitivity"] = figure_svg(fig)
     if result.workload:

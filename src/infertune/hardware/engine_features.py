@@ -48,6 +48,8 @@ def _kind(candidate: dict[str, Any]) -> str:
     p = str(candidate.get("precision", "fp32"))
     if p in ("bf16", "fp16", "fp8"):
         return p
+    if "fp8" in str(candidate.get("quant") or ""):  # mixed fp8: the quantized layers set the floor
+        return "fp8"
     if p in ("int8", "mixed") or candidate.get("quant"):
         return "int8"
     return "fp32"
@@ -91,8 +93,10 @@ def engine_features(manifest: dict[str, Any]) -> EngineFeatures:
     cc = tuple(int(x) for x in str(g.get("capability", "")).split(".")[:2] if x.isdigit()) or None
     kind = _kind(cand)
     packed = dict(cand.get("options") or []).get("batches") == "packed"  # FlashAttention varlen: Ampere or newer
-    need = GPU_MIN_CC.get(kind) or (GPU_MIN_CC["bf16"] if packed else None)
-    what = "packed batches (FlashAttention)" if packed and kind not in GPU_MIN_CC else f"{kind} kernels"
+    torchao = str(cand.get("quant") or "").startswith("torchao")  # its GPU kernels take bf16 activations
+    need = GPU_MIN_CC.get(kind) or (GPU_MIN_CC["bf16"] if packed or torchao else None)
+    what = ("packed batches (FlashAttention)" if packed and kind not in GPU_MIN_CC else
+            "torchao int8 kernels (bf16 activations)" if torchao and kind not in GPU_MIN_CC else f"{kind} kernels")
     why = [f"{what} need compute capability >= {need[0]}.{need[1]}"] if need else []
     mem = g.get("memory_gb")
     return EngineFeatures(device="cuda", arch=arch, gpu_min_cc=need, gpu_product=g.get("name"),

@@ -1,47 +1,86 @@
-"""Mixed precision by accuracy: measure each Linear layer's sensitivity to int8 (quantize that one
-layer alone, compare with fp32 on the calibration split), then keep the most sensitive layers in fp32,
-greedily, until the whole model meets the accuracy budget (the smallest such set is found by bisection over
-how many of the most sensitive layers to keep: ~log2(layers) evaluations instead of one per layer). Runs on calibration data only; the final
-candidate is verified on the separate eval split like every other."""
+"""Mixed precision by accuracy: measure each Linear layer's sensitivity to the quantizer (quantize that one
+layer alone, compare with the fp32 reference on the calibration split), then keep the most sensitive layers
+high until the whole model meets the accuracy budget. The smallest such set is found by bisection over how many
+of the most sensitive layers to keep: ~log2(layers) evaluations instead of one per layer. Runs on calibration
+data only; the final candidate is verified on the separate eval split like every other.
+
+Two quantizers: torch.ao dynamic int8 on a CPU (layers kept in fp32), and torchao (fp8 or int8 dynamic) on a
+GPU, where the model runs in bf16 and the kept layers stay bf16. The per-layer pass there runs the torchao
+kernels eagerly: the candidate itself is compiled, which changes speed, not what each layer rounds to."""
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any
 
 from infertune.verify import row_cosines
 
+# torchao int8 on a CPU is for tests of the GPU path (its eager kernels ran at 0.05x fp32 on AVX2)
+METHODS = {"cpu": ("torch.ao-dynamic", "torchao-int8-dyn"), "cuda": ("torchao-fp8", "torchao-int8-dyn")}
+
+
+class Quantizer:
+    """Builds models with a chosen set of Linear layers quantized, from one loaded base model."""
+
+    def __init__(self, spec, method: str, device: str):
+        from infertune.models.embedding import load_encoder
+
+        if method not in METHODS.get(device, ()):
+            raise ValueError(f"no mixed-precision quantizer {method!r} on {device}; have {METHODS.get(device)}")
+        self.method, self.device = method, device
+        self.high = "bf16" if device == "cuda" else "fp32"  # what the candidate loads before quantizing
+        self.reference = load_encoder(spec, "fp32", device=device)
+        self.base = self.reference if self.high == "fp32" else load_encoder(spec, self.high, device=device)
+
+    def names(self) -> list[str]:
+        from infertune.quantize.torch_ao import linear_names
+
+        return linear_names(self.base)
+
+    def quantized(self, layers: list[str]):
+        """A copy of the base model with exactly `layers` quantized."""
+        if self.method == "torch.ao-dynamic":
+            from infertune.quantize.torch_ao import quantize_dynamic_int8
+
+            return quantize_dynamic_int8(self.base, layers)
+        from infertune.quantize.torchao import apply
+
+        chosen = set(layers)
+        return apply(copy.deepcopy(self.base), self.method, skip=[n for n in self.names() if n not in chosen])
+
 
 def search(spec: dict, texts: list[str], min_cosine_mean: float, min_cosine_min: float,
-           max_keep: int | None = None, max_s: float | None = None) -> dict[str, Any]:
-    """Return {"sensitivity": [...], "keep_high": [...], "steps": [...]} (all figures on `texts`).
+           max_keep: int | None = None, max_s: float | None = None, method: str = "torch.ao-dynamic",
+           device: str = "cpu") -> dict[str, Any]:
+    """Return {"sensitivity": [...], "keep_high": [...], "steps": [...], ...} (all figures on `texts`).
 
-    `max_s`: when the per-layer pass runs out of time, the layers not yet measured count as the most
-    sensitive (kept high): the answer stays safe, only less aggressive."""
+    `max_s`: when the per-layer pass runs out of time (60% of it), the layers not yet measured count as the most
+    sensitive (kept high); when the bisection does (90%), the smallest set known to hold is the answer. Either way
+    the answer stays safe, only less aggressive."""
     from infertune.backends.torch_eager import TorchEmbedder
     from infertune.config import Batching, Candidate
-    from infertune.models.embedding import EmbeddingSpec, load_encoder, load_tokenizer
-    from infertune.quantize.torch_ao import linear_names, quantize_dynamic_int8
+    from infertune.models.embedding import EmbeddingSpec, load_tokenizer
 
     t0 = time.perf_counter()
     es = EmbeddingSpec(**spec)
     tok = load_tokenizer(es)
-    base = load_encoder(es, "fp32")
+    qz = Quantizer(es, method, device)
     batching = Batching(kind="tokens", size=4096)
     cand = Candidate(backend="torch-eager")
 
     def run(model):
-        return TorchEmbedder(es, tok, model, cand, "cpu").embed(texts, batching, pooled=True)
+        return TorchEmbedder(es, tok, model, cand, device).embed(texts, batching, pooled=True)
 
-    ref = run(base)
-    names = linear_names(base)
+    ref = run(qz.reference)
+    names = qz.names()
     sens = []
     unmeasured = []
     for n in names:
         if max_s is not None and time.perf_counter() - t0 > 0.6 * max_s:
             unmeasured.append(n)
             continue
-        cos = row_cosines(ref, run(quantize_dynamic_int8(base, [n])))
+        cos = row_cosines(ref, run(qz.quantized([n])))
         sens.append({"layer": n, "cosine_mean": float(cos.mean()), "cosine_min": float(cos.min()),
                      "drop": float(1 - cos.mean())})
     sens.sort(key=lambda s: s["drop"], reverse=True)
@@ -55,26 +94,34 @@ def search(spec: dict, texts: list[str], min_cosine_mean: float, min_cosine_min:
         if k not in memo:
             keep_k = set(order[:k])
             q = [n for n in names if n not in keep_k]
-            cos = row_cosines(ref, run(quantize_dynamic_int8(base, q))) if q else row_cosines(ref, ref)
+            cos = row_cosines(ref, run(qz.quantized(q) if q else qz.base))
             memo[k] = bool(cos.mean() >= min_cosine_mean and cos.min() >= min_cosine_min)
             steps.append({"kept_high": k, "cosine_mean": float(cos.mean()), "cosine_min": float(cos.min()),
                           "meets_budget": memo[k]})
         return memo[k]
 
-    # accuracy grows (nearly) monotonically with k: bisect for the smallest k that holds
-    if holds(0):
-        k = 0
-    elif not holds(limit):
-        k = limit
-    else:
-        lo, hi = 0, limit  # holds(lo) is False, holds(hi) is True
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if holds(mid) else (mid, hi)
-        k = hi
+    def late() -> bool:
+        return max_s is not None and time.perf_counter() - t0 > 0.9 * max_s
+
+    k = smallest_holding(holds, limit, late)
     keep = order[:k]
     steps.sort(key=lambda x: x["kept_high"])
     final = next(x for x in steps if x["kept_high"] == k)
-    met = final["meets_budget"]
-    return {"sensitivity": sens, "keep_high": keep, "steps": steps, "met_on_calibration": met,
-            "n_layers": len(names), "n_calibration": len(texts), "unmeasured": len(unmeasured), "search_s": round(time.perf_counter() - t0, 1)}
+    return {"sensitivity": sens, "keep_high": keep, "steps": steps, "met_on_calibration": final["meets_budget"],
+            "method": method, "device": device, "kept_dtype": qz.high, "n_layers": len(names),
+            "n_calibration": len(texts), "unmeasured": len(unmeasured), "cut_short": bool(unmeasured) or late(),
+            "search_s": round(time.perf_counter() - t0, 1)}
+
+
+def smallest_holding(holds, limit: int, late=lambda: False) -> int:
+    """The smallest k in [0, limit] with holds(k), by bisection (accuracy grows nearly monotonically with the
+    layers kept high); `limit` when even that does not hold. Once `late()`, the smallest k known to hold."""
+    if holds(0):
+        return 0
+    if late() or not holds(limit):
+        return limit
+    lo, hi = 0, limit  # holds(lo) is False, holds(hi) is True
+    while hi - lo > 1 and not late():
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if holds(mid) else (mid, hi)
+    return hi

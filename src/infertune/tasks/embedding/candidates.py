@@ -106,10 +106,26 @@ def options(caps: Capabilities, quick: bool = False, extra: bool = False) -> lis
     return out
 
 
-def mixed_options(device: str, keep_high: tuple[str, ...]) -> list[Option]:
-    if device != "cpu" or not keep_high:
+# the quantizers whose over-budget candidates the per-layer search can rescue, per device (quantize/mixed.py);
+# torchao on a CPU is only tried when named (--candidates), which is how the GPU path is exercised off a GPU
+MIXED_SOURCES = {"cpu": ("ort-dynamic", "torchao-int8-dyn"), "cuda": ("torchao-fp8", "torchao-int8-dyn")}
+
+
+def mixed_options(device: str, keep_high: tuple[str, ...], method: str = "ort-dynamic") -> list[Option]:
+    """The mixed candidate once the sensitivity search chose the layers to keep high (none: nothing to add)."""
+    if not keep_high:
         return []
-    c = Candidate(backend="onnxruntime", precision="mixed", quant="ort-dynamic", keep_high=keep_high,
-                  batching=tokens(device))
-    return [Option(c, f"ORT dynamic int8 with the {len(keep_high)} most int8-sensitive Linear layers kept in "
-                      "fp32 (per-layer sensitivity on the calibration split)", 2.0)]
+    if method == "ort-dynamic":
+        c = Candidate(backend="onnxruntime", precision="mixed", quant="ort-dynamic", keep_high=keep_high,
+                      batching=tokens(device))
+        return [Option(c, f"ORT dynamic int8 with the {len(keep_high)} most int8-sensitive Linear layers kept in "
+                          "fp32 (per-layer sensitivity on the calibration split)", 2.0)]
+    kind = "fp8" if "fp8" in method else "int8"
+    gpu = device == "cuda"  # compiled there, as the torchao options are; eager on a CPU, as its option is
+    c = Candidate(backend="torch-compile" if gpu else "torch-eager", precision="mixed", quant=method,
+                  keep_high=keep_high, batching=tokens(device))
+    return [Option(c, f"torchao {kind} with the {len(keep_high)} most {kind}-sensitive Linear layers kept in "
+                      f"{'bf16' if gpu else 'fp32'} (per-layer sensitivity on the calibration split)"
+                      + (", compiled" if gpu else ""), 3.0 if gpu else 0.2,
+                   needs=(("gpu-fp8",) if kind == "fp8" else ("gpu-bf16",)) if gpu else (),
+                   probe_s=90.0 if gpu else None)]

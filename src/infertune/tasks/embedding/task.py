@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from infertune.config import Batching, Candidate, TuneConfig
-from infertune.results import Accuracy, CandidateResult, LayerSensitivity, TuneResult, WorkloadSummary
+from infertune.results import Accuracy, CandidateResult, TuneResult, WorkloadSummary
 from infertune.tasks.embedding import batch_search, candidates
 from infertune.tuning.task import Option, Probe, Task
 
@@ -234,37 +234,10 @@ class EmbeddingTask(Task):
         return [chosen]
 
     def extra_options(self, run) -> list[Option]:
-        """Mixed precision, when an int8 engine was fast but over the accuracy budget and time allows."""
-        from infertune.worker import WorkerFailed, run_isolated
+        """Mixed precision, when a quantized engine was fast but over the accuracy budget and time allows."""
+        from infertune.tasks.embedding.mixed_step import mixed_options
 
-        cfg = self.cfg
-        if not cfg.sensitivity or cfg.device != "cpu" or self.custom is not None:
-            return []
-        if cfg.candidates and not any("mixed" in f for f in cfg.candidates):
-            return []
-        int8 = [r for r in run.results.values() if r.candidate.get("quant") == "ort-dynamic"
-                and r.meets_accuracy is False and r.probe]
-        best = run.best_probe[0]
-        if not int8 or max(r.probe["speed"] for r in int8) < 1.1 * best:
-            return []
-        left = run.budget.stage_left("probe") - 15
-        if left < 25:
-            run.log["not_tried"].append({"candidate": "onnxruntime/mixed/ort-dynamic",
-                                         "why": f"time budget: {max(left, 0):.0f} s left for the sensitivity search"})
-            return []
-        self.console.print("  mixed precision: per-layer int8 sensitivity on the calibration split ...")
-        try:
-            found = run_isolated("infertune.quantize.mixed:search", {
-                "spec": self.spec.to_dict(), "texts": self.calib[:32], "min_cosine_mean": cfg.accuracy.min_cosine_mean,
-                "min_cosine_min": cfg.accuracy.min_cosine_min, "max_s": left}, left + 30, cfg.threads)
-        except WorkerFailed as e:
-            self.result.mixed_precision = {"status": "failed", "reason": str(e)[:300]}
-            return []
-        self.result.sensitivity = [LayerSensitivity(**s) for s in found["sensitivity"]]
-        self.result.mixed_precision = {k: v for k, v in found.items() if k != "sensitivity"}
-        keep = tuple(found["keep_high"])
-        self.console.print(f"  keep {len(keep)} of {found['n_layers']} Linear layers in fp32 ({found['search_s']} s)")
-        return candidates.mixed_options(cfg.device, keep)
+        return mixed_options(self, run)
 
     def measure(self, worker, cand, max_s: float | None = None) -> dict[str, Any]:
         per_call = 1 if self.cfg.device == "cpu" else 3
