@@ -28,29 +28,29 @@ def _setup(device: str, results: list[CandidateResult], names: list[str] | None 
 
 def test_gpu_rescues_the_fastest_over_budget_quantizer_when_it_beats_the_best():
     task, run = _setup("cuda", [_result("torchao-fp8", 1500.0, False), _result("torchao-int8-dyn", 1200.0, False)])
-    assert mixed_step.source(task, run) == ("torchao-fp8", None)
+    assert mixed_step.source(task, run) == ("torchao-fp8", None, "torch-compile")
 
 
 def test_gpu_slow_quantizer_is_not_rescued_unless_mixed_is_named():
     results = [_result("torchao-fp8", 300.0, False)]
-    assert mixed_step.source(*_setup("cuda", results)) == (None, None)
-    assert mixed_step.source(*_setup("cuda", results, ["torchao", "mixed"])) == ("torchao-fp8", None)
+    assert mixed_step.source(*_setup("cuda", results)) == (None, None, None)
+    assert mixed_step.source(*_setup("cuda", results, ["torchao", "mixed"])) == ("torchao-fp8", None, "torch-compile")
     # named, but only filtering others out: no mixed step
-    assert mixed_step.source(*_setup("cuda", results, ["torchao"])) == (None, None)
+    assert mixed_step.source(*_setup("cuda", results, ["torchao"])) == (None, None, None)
 
 
 def test_named_mixed_without_an_over_budget_engine_says_why():
     results = [_result("torchao-fp8", 300.0, True), _result("torchao-int8-dyn", 200.0, None)]
-    quant, why = mixed_step.source(*_setup("cuda", results, ["mixed"]))
+    quant, why, _ = mixed_step.source(*_setup("cuda", results, ["mixed"]))
     assert quant is None
     assert "within budget" in why and "not verified" in why
 
 
 def test_cpu_rescues_ort_dynamic_or_a_named_torchao():
     task, run = _setup("cpu", [_result("torch.ao-dynamic", 5000.0, False), _result("ort-dynamic", 1300.0, False)])
-    assert mixed_step.source(task, run) == ("ort-dynamic", None)
+    assert mixed_step.source(task, run) == ("ort-dynamic", None, "torch-compile")
     task, run = _setup("cpu", [_result("torchao-int8-dyn", 50.0, False)], ["torchao", "mixed"])
-    assert mixed_step.source(task, run) == ("torchao-int8-dyn", None)
+    assert mixed_step.source(task, run) == ("torchao-int8-dyn", None, "torch-compile")
 
 
 def test_cpu_mixed_candidates():
@@ -62,7 +62,7 @@ def test_cpu_mixed_candidates():
 
 def test_an_already_mixed_candidate_is_not_a_source():
     task, run = _setup("cuda", [_result("torchao-fp8", 5000.0, False, precision="mixed")], ["mixed"])
-    assert mixed_step.source(task, run) == (None, None)
+    assert mixed_step.source(task, run) == (None, None, None)
 
 
 @pytest.mark.parametrize("quant,cc", [("torchao-fp8", (8, 9)), ("torchao-int8-dyn", (8, 0))])
@@ -76,6 +76,11 @@ def test_gpu_mixed_candidate_is_compiled_torchao_with_its_floor(quant, cc):
     manifest = {"candidate": c.model_dump(mode="json"), "device": "cuda",
                 "fingerprint": {"gpu": [{"name": "H200", "capability": "9.0"}]}}
     assert engine_features(manifest).gpu_min_cc == cc
+
+
+def test_gpu_mixed_follows_the_engine_it_rescues():
+    (opt,) = candidates.mixed_options("cuda", ("a",), "torchao-fp8", "torch-eager")
+    assert opt.candidate.engine_id == "torch-eager/mixed/torchao-fp8/keep1" and opt.probe_s is None
 
 
 def test_nothing_kept_high_adds_no_candidate():

@@ -103,6 +103,14 @@ def options(caps: Capabilities, quick: bool = False, extra: bool = False) -> lis
                 Option(C(backend="torch-compile", precision="fp8", quant="torchao-fp8", batching=tb),
                        "torchao fp8 (Hopper/Ada tensor cores), compiled", 3.5, needs=("gpu-fp8",), probe_s=90.0),
             ]
+        if extra:  # the compile of a 0.6B decoder with torchao outlasted its 204 s probe on the H200
+            out += [
+                Option(C(backend="torch-eager", precision="fp8", quant="torchao-fp8", batching=tb),
+                       "torchao fp8, eager (no compile: each Linear's activation is quantized by its own kernel)",
+                       1.5, needs=("gpu-fp8",)),
+                Option(C(backend="torch-eager", precision="int8", quant="torchao-int8-dyn", batching=tb),
+                       "torchao int8 dynamic quantization, eager (no compile)", 1.0, needs=("gpu-bf16",)),
+            ]
     return out
 
 
@@ -111,8 +119,10 @@ def options(caps: Capabilities, quick: bool = False, extra: bool = False) -> lis
 MIXED_SOURCES = {"cpu": ("ort-dynamic", "torchao-int8-dyn"), "cuda": ("torchao-fp8", "torchao-int8-dyn")}
 
 
-def mixed_options(device: str, keep_high: tuple[str, ...], method: str = "ort-dynamic") -> list[Option]:
-    """The mixed candidate once the sensitivity search chose the layers to keep high (none: nothing to add)."""
+def mixed_options(device: str, keep_high: tuple[str, ...], method: str = "ort-dynamic",
+                  backend: str | None = None) -> list[Option]:
+    """The mixed candidate once the sensitivity search chose the layers to keep high (none: nothing to add).
+    `backend`: the engine of the candidate it rescues (torchao: eager or compiled, as that one ran)."""
     if not keep_high:
         return []
     if method == "ort-dynamic":
@@ -122,10 +132,11 @@ def mixed_options(device: str, keep_high: tuple[str, ...], method: str = "ort-dy
                           "fp32 (per-layer sensitivity on the calibration split)", 2.0)]
     kind = "fp8" if "fp8" in method else "int8"
     gpu = device == "cuda"  # compiled there, as the torchao options are; eager on a CPU, as its option is
-    c = Candidate(backend="torch-compile" if gpu else "torch-eager", precision="mixed", quant=method,
+    backend = backend or ("torch-compile" if gpu else "torch-eager")
+    c = Candidate(backend=backend, precision="mixed", quant=method,
                   keep_high=keep_high, batching=tokens(device))
     return [Option(c, f"torchao {kind} with the {len(keep_high)} most {kind}-sensitive Linear layers kept in "
                       f"{'bf16' if gpu else 'fp32'} (per-layer sensitivity on the calibration split)"
-                      + (", compiled" if gpu else ""), 3.0 if gpu else 0.2,
+                      + (", compiled" if backend == "torch-compile" else ""), 3.0 if gpu else 0.2,
                    needs=(("gpu-fp8",) if kind == "fp8" else ("gpu-bf16",)) if gpu else (),
-                   probe_s=90.0 if gpu else None)]
+                   probe_s=90.0 if backend == "torch-compile" else None)]

@@ -13,16 +13,16 @@ SEARCH_METHOD = {"ort-dynamic": "torch.ao-dynamic"}  # the torch quantizer whose
 MIN_LEFT_S = 25.0  # the per-layer pass of MiniLM took ~10 s of them on 2 cores
 
 
-def source(task, run) -> tuple[str | None, str | None]:
-    """(the quantizer to rescue, None) or (None, why no mixed candidate is tried, or None when not worth a
-    line). A rescue is worth it when its engine probed >= 1.1x the best verified probe; naming `mixed` in
+def source(task, run) -> tuple[str | None, str | None, str | None]:
+    """(the quantizer to rescue, None, the engine it ran on) or (None, why no mixed candidate is tried or None
+    when not worth a line, None). A rescue is worth it when its engine probed >= 1.1x the best verified probe; naming `mixed` in
     --candidates asks for it at any speed (a measurement, not a bet on winning)."""
     cfg = task.cfg
     if not cfg.sensitivity or task.custom is not None:
-        return None, None
+        return None, None, None
     named = bool(cfg.candidates) and any("mixed" in f for f in cfg.candidates)
     if cfg.candidates and not named:
-        return None, None
+        return None, None, None
     quants = candidates.MIXED_SOURCES.get(cfg.device, ())
     tried = [r for r in run.results.values() if r.candidate.get("quant") in quants and r.probe
              and r.candidate.get("precision") != "mixed"]
@@ -30,19 +30,19 @@ def source(task, run) -> tuple[str | None, str | None]:
     if not over:
         if named and tried:
             states = ", ".join(f"{r.name}: {'within budget' if r.meets_accuracy else 'not verified'}" for r in tried)
-            return None, f"no quantized engine was verified over the accuracy budget ({states})"
-        return None, None
+            return None, f"no quantized engine was verified over the accuracy budget ({states})", None
+        return None, None, None
     fastest = max(over, key=lambda r: r.probe["speed"])
     if not named and fastest.probe["speed"] < 1.1 * run.best_probe[0]:
-        return None, None
-    return str(fastest.candidate["quant"]), None
+        return None, None, None
+    return str(fastest.candidate["quant"]), None, str(fastest.candidate.get("backend"))
 
 
 def mixed_options(task, run) -> list[Option]:
     from infertune.worker import WorkerFailed, run_isolated
 
     cfg = task.cfg
-    quant, why = source(task, run)
+    quant, why, backend = source(task, run)
     label = f"mixed/{quant or 'any'}"
     if quant is None:
         if why:
@@ -78,4 +78,4 @@ def mixed_options(task, run) -> list[Option]:
         run.log["not_tried"].append({"candidate": label, "why": f"every Linear layer stays high ({why}): "
                                      "no mixed candidate to measure"})
         return []
-    return candidates.mixed_options(cfg.device, keep, quant)
+    return candidates.mixed_options(cfg.device, keep, quant, backend)
