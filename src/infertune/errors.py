@@ -7,7 +7,3 @@ class InfertuneError(Exception):
     """A mistake in the user's input or environment. The CLI prints it without a traceback, exit 2."""
 
     exit_code = 2
-
-
-class CandidateSkipped(Exception):
-    """A candidate cannot run here (library missing, hardware unsupported); the message says why."""

@@ -87,6 +87,12 @@ class GPU(BaseModel):
     def fp8(self) -> bool:
         return self.capability >= (8, 9)
 
+    @property
+    def half(self) -> str:
+        """The 16-bit type to run in: bf16 from compute capability 8.0; below it (T4, V100) fp16, which takes
+        the same bytes (vLLM refuses bfloat16 there)."""
+        return "bf16" if self.bf16 else "fp16"
+
 
 class Capabilities(BaseModel):
     model_config = ConfigDict(frozen=True)

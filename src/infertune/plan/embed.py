@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from infertune.hardware.capabilities import GPU
 from infertune.plan.arch import DTYPE_BYTES, Arch
 from infertune.plan.gpus import peak_tflops
 
@@ -187,11 +188,12 @@ def plan_embedding(cfg, a: Arch, kind, raw: dict[str, Any], g: dict, total: floa
     def need(dtype: str) -> float:
         return a.weights_bytes(dtype) + activation_bytes(a, tokens, dtype) + non_torch
 
-    default16 = "bf16" if g.get("bf16_tflops") or cc >= (8, 0) else "fp16"
+    gpu = GPU(capability=cc)
+    default16 = gpu.half
     if cfg.dtype != "auto":
         dtype = cfg.dtype
     else:
-        options = [default16] + (["fp8"] if cc >= (8, 9) else []) + ["int8", "int4"]
+        options = [default16] + (["fp8"] if gpu.fp8 else []) + ["int8", "int4"]
         dtype = next((d for d in options if need(d) <= usable), default16)
         if dtype != default16:
             notes.append(f"{default16} weights do not fit on {g['name']}; planning with {dtype}")

@@ -64,9 +64,7 @@ class QuantPlan:
         self.rules = {o.weights: o for o in options(caps)}
         self.kv = kv_cache_fp8(caps)
         self.pre = prequantized(raw)
-        # the 16-bit type of the weights and of a quantized model's activations: vLLM refuses bf16 below compute
-        # capability 8.0 (T4, V100), where fp16 takes the same bytes
-        self.half = "bf16" if self.cc >= (8, 0) else "fp16"
+        self.half = caps.gpus[0].half  # the weights' 16-bit type, and a quantized model's activations
         self.act_dtype = "bfloat16" if self.half == "bf16" else "float16"
 
     def auto_order(self) -> list[str]:

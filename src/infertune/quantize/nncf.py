@@ -9,8 +9,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-FITS = ("openvino",)
-
 
 def available(device: str) -> str | None:
     import importlib.util

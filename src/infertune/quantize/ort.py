@@ -15,8 +15,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-FITS = ("onnxruntime",)
-
 
 def available(device: str) -> str | None:
     import importlib.util

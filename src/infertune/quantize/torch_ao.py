@@ -9,8 +9,6 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterable
 
-FITS = ("torch-eager",)
-
 
 def available(device: str) -> str | None:
     if device != "cpu":

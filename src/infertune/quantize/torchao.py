@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-FITS = ("torch-eager", "torch-compile")
-
 
 def available(device: str, method: str = "torchao-int8-dyn") -> str | None:
     import importlib.util

@@ -151,14 +151,6 @@ class Engine:
             self.inflight -= 1
             self.m.queue_depth.set(self.inflight)
 
-    def submit_nowait(self, req: EmbeddingRequest, callback: Callable[[Job, Any, BaseException | None], None],
-                      tag: Any = None) -> Job:
-        """Queue a request from any thread (no admission limit: the caller does admission); `callback`
-        gets the job's rows (raw engine) or body, or its error, from a stage thread."""
-        job = Job(req, None, None, "", callback=callback, tag=tag)
-        self._tok_q.put(job)
-        return job
-
     def _finish(self, job: Job, result: Any = None, error: BaseException | None = None) -> None:
         with self._lock:
             if job.done:
