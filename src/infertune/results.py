@@ -123,7 +123,7 @@ class CandidateResult(BaseModel):
     tpot_by_batch: dict[str, Latency] = {}  # "8" -> one decode step at batch 8
     roofline_fraction: float | None = Field(None, description="batch-1 memory roofline time / measured TPOT")
     weight_bytes: int | None = None  # bytes one decode step must read (weights)
-    # the search (issue 12): how far the candidate got, what it cost, why it was tried or dropped
+    # the search: how far the candidate got, what it cost, why it was tried or dropped
     stage: str | None = Field(None, description="furthest stage reached: prepare | probe | full | confirm")
     time_s: float | None = Field(None, description="seconds this candidate cost the run, all stages")
     why_tried: str = ""  # what this engine is good at on this host

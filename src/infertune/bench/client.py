@@ -12,6 +12,8 @@ import asyncio
 import json
 import time
 
+from infertune.bench.records import Record
+
 # A 32-vector embeddings answer is ~12,000 floats: orjson (the serve extra brings it) parses it several times faster
 # than json, so the load generator takes less of the host's CPU, which a server on the same host shares (session
 # 11, H200: 4 bench workers at ~50% of a core each while the server's processes left 14% of the host idle)
@@ -65,12 +67,12 @@ def judge_json(api: str, raw: bytes, content_type: str, sched: float, disp: floa
     try:
         obj = _loads(raw)
     except ValueError:
-        return (sched, disp, NAN, end, "non_json", f"{content_type}: {raw[:80].decode('utf-8', 'replace')!r}",
+        return Record(sched, disp, NAN, end, "non_json", f"{content_type}: {raw[:80].decode('utf-8', 'replace')!r}",
                 0, in_tokens, None)
     problem, pt, ct = check_shape(api, obj)
     if problem:
-        return sched, disp, NAN, end, "bad_response", problem, 0, in_tokens, None
-    return sched, disp, NAN, end, "", "usage" if pt is not None else "", ct or 0, pt or in_tokens, None
+        return Record(sched, disp, NAN, end, "bad_response", problem, 0, in_tokens, None)
+    return Record(sched, disp, NAN, end, "", "usage" if pt is not None else "", ct or 0, pt or in_tokens, None)
 
 
 def _delta_text(api: str, ev: dict) -> str | None:
@@ -84,7 +86,7 @@ def _delta_text(api: str, ev: dict) -> str | None:
 
 
 async def request(session, url: str, body: bytes, api: str, stream: bool, sched: float, in_tokens: int,
-                  headers: dict) -> tuple:
+                  headers: dict) -> Record:
     import aiohttp
 
     now = time.monotonic
@@ -96,7 +98,7 @@ async def request(session, url: str, body: bytes, api: str, stream: bool, sched:
         async with session.post(url, data=body, headers=headers) as resp:
             if resp.status != 200:
                 text = (await resp.read())[:200].decode("utf-8", "replace")
-                return (sched, disp, first, now(), http_kind(resp.status), f"HTTP {resp.status}: {text}",
+                return Record(sched, disp, first, now(), http_kind(resp.status), f"HTTP {resp.status}: {text}",
                         0, in_tokens, chunks)
             if not stream:
                 raw = await resp.read()
@@ -115,7 +117,7 @@ async def request(session, url: str, body: bytes, api: str, stream: bool, sched:
                 try:
                     ev = json.loads(data)
                 except ValueError:
-                    return (sched, disp, first, t, "non_json", f"stream event is not JSON: {data[:80]!r}",
+                    return Record(sched, disp, first, t, "non_json", f"stream event is not JSON: {data[:80]!r}",
                             out_tokens, in_tokens, chunks)
                 if isinstance(ev, dict) and isinstance(ev.get("usage"), dict):
                     usage = ev["usage"]
@@ -130,29 +132,29 @@ async def request(session, url: str, body: bytes, api: str, stream: bool, sched:
                     try:
                         obj = json.loads(b"".join(other))
                     except ValueError:
-                        return (sched, disp, first, end, "non_json",
+                        return Record(sched, disp, first, end, "non_json",
                                 f"{resp.content_type}: {b''.join(other)[:80].decode('utf-8', 'replace')!r}",
                                 0, in_tokens, chunks)
                     problem, pt, ct = check_shape(api, obj)
                     if problem:
-                        return sched, disp, first, end, "bad_response", problem, 0, in_tokens, chunks
-                    return sched, disp, end, end, "", "", ct or 0, pt or in_tokens, [end]
-                return (sched, disp, first, end, "truncated_stream",
+                        return Record(sched, disp, first, end, "bad_response", problem, 0, in_tokens, chunks)
+                    return Record(sched, disp, end, end, "", "", ct or 0, pt or in_tokens, [end])
+                return Record(sched, disp, first, end, "truncated_stream",
                         f"stream ended after {out_tokens} chunks without [DONE]", out_tokens, in_tokens, chunks)
             if not chunks:
-                return sched, disp, first, end, "bad_response", "stream had no content chunks", 0, in_tokens, chunks
+                return Record(sched, disp, first, end, "bad_response", "stream had no content chunks", 0, in_tokens, chunks)
             if usage:
                 out_tokens = usage.get("completion_tokens") or out_tokens
                 in_tokens = usage.get("prompt_tokens") or in_tokens
-            return sched, disp, first, end, "", "usage" if usage else "", out_tokens, in_tokens, chunks
+            return Record(sched, disp, first, end, "", "usage" if usage else "", out_tokens, in_tokens, chunks)
     except TimeoutError:
-        return sched, disp, first, now(), "timeout", "no complete answer within the timeout", out_tokens, in_tokens, chunks
+        return Record(sched, disp, first, now(), "timeout", "no complete answer within the timeout", out_tokens, in_tokens, chunks)
     except aiohttp.ClientPayloadError as e:
-        return sched, disp, first, now(), "truncated_stream", f"connection closed mid-answer: {e}", out_tokens, in_tokens, chunks
+        return Record(sched, disp, first, now(), "truncated_stream", f"connection closed mid-answer: {e}", out_tokens, in_tokens, chunks)
     except (aiohttp.ClientConnectionError, OSError) as e:
         kind = "truncated_stream" if (stream and chunks) else "connect"
-        return sched, disp, first, now(), kind, f"{type(e).__name__}: {e}", out_tokens, in_tokens, chunks
+        return Record(sched, disp, first, now(), kind, f"{type(e).__name__}: {e}", out_tokens, in_tokens, chunks)
     except asyncio.CancelledError:
         raise
     except Exception as e:  # never let one odd answer kill the run; count it instead
-        return sched, disp, first, now(), "client", f"{type(e).__name__}: {e}", out_tokens, in_tokens, chunks
+        return Record(sched, disp, first, now(), "client", f"{type(e).__name__}: {e}", out_tokens, in_tokens, chunks)

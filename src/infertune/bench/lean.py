@@ -18,6 +18,7 @@ import time
 from urllib.parse import urlsplit
 
 from infertune.bench.client import NAN, http_kind, judge_json
+from infertune.bench.records import Record
 
 
 class MidAnswer(ConnectionError):
@@ -110,7 +111,7 @@ class LeanClient:
         _, c = await self.loop.create_connection(_Conn, self.host, self.port, ssl=self.ssl or None)
         return c
 
-    async def request(self, j: int, body: bytes, api: str, sched: float, in_tokens: int) -> tuple:
+    async def request(self, j: int, body: bytes, api: str, sched: float, in_tokens: int) -> Record:
         """One request; the same record tuple as client.request (chunk_times None: not streamed)."""
         now = time.monotonic
         disp = now()
@@ -126,16 +127,16 @@ class LeanClient:
                 end = await fut
             except TimeoutError:
                 self._drop(c)
-                return sched, disp, NAN, now(), "timeout", "no complete answer within the timeout", 0, in_tokens, None
+                return Record(sched, disp, NAN, now(), "timeout", "no complete answer within the timeout", 0, in_tokens, None)
             except MidAnswer as e:
                 self._drop(c)
-                return sched, disp, NAN, now(), "truncated_stream", str(e), 0, in_tokens, None
+                return Record(sched, disp, NAN, now(), "truncated_stream", str(e), 0, in_tokens, None)
             except (ConnectionError, OSError) as e:
                 self._drop(c)
-                return sched, disp, NAN, now(), "connect", f"{type(e).__name__}: {e}", 0, in_tokens, None
+                return Record(sched, disp, NAN, now(), "connect", f"{type(e).__name__}: {e}", 0, in_tokens, None)
             except ValueError as e:
                 self._drop(c)
-                return sched, disp, NAN, now(), "bad_response", str(e), 0, in_tokens, None
+                return Record(sched, disp, NAN, now(), "bad_response", str(e), 0, in_tokens, None)
             finally:
                 if timer is not None:
                     timer.cancel()
@@ -147,7 +148,7 @@ class LeanClient:
         raw = b"".join(c.body)
         if c.status != 200:
             text = raw[:200].decode("utf-8", "replace")
-            return sched, disp, NAN, end, http_kind(c.status), f"HTTP {c.status}: {text}", 0, in_tokens, None
+            return Record(sched, disp, NAN, end, http_kind(c.status), f"HTTP {c.status}: {text}", 0, in_tokens, None)
         return judge_json(api, raw, c.ctype.decode("latin-1").split(";")[0].strip(), sched, disp, end, in_tokens)
 
     def _drop(self, c: _Conn | None) -> None:

@@ -1,7 +1,7 @@
 """Before the first point: wait until the server answers the workload's first request, not with a refused
 connection or an HTTP 503 (infertune serve answers 503 until its model is loaded and warm; vLLM and TEI
 refuse connections until then). Without the wait, a bench started with its server measured a loading
-server: 695,031 of 736,024 requests answered 503, and the point read 2,716 req/s "ok" (issue 25).
+server: 695,031 of 736,024 requests answered 503, and the point read 2,716 req/s "ok".
 
 The loop (`wait_until`) is pure, with the probe, clock and sleep passed in, so it is tested with fakes;
 `Probe` is the real one (GET /v1/models for the model name, then POST the first request)."""
@@ -119,10 +119,10 @@ class Probe:
                 self.model = model
             self.req = self.build(self.model)
         rec = asyncio.run(_post(cfg, self.req.bodies[0], self.req.input_tokens[0]))
-        kind, msg = rec[4], str(rec[5])
+        kind, msg = rec.error, str(rec.detail)
         where = f"POST {cfg.endpoint}"
         if not kind:
-            return READY, f"{where} answered in {(rec[3] - rec[1]) * 1e3:.0f} ms", rec
+            return READY, f"{where} answered in {(rec.done - rec.sent) * 1e3:.0f} ms", rec
         if kind == "connect":
             return REFUSED, f"{where}: connection refused ({msg})", rec
         if msg.startswith("HTTP 503"):

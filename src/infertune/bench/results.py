@@ -5,7 +5,7 @@ Contract (read by other tools; extend, never rename): bench.json has `config`, `
 {p50,p90,p95,p99,p999} and, for streaming, `ttft_ms`/`itl_ms` likewise) and, after an SLO search,
 `slo` {`target`, `max_load`, `met`}.
 
-Added since (issue 25): a point's `error_laden` (more than the error budget, 1% by default, of its
+Added since: a point's `error_laden` (more than the error budget, 1% by default, of its
 requests failed: `valid` is then false too, and `invalid_reason` says so), `target.ready` (how long bench
 waited for the server), and after `--slo-confirm`, `slo.confirm` and `slo.sustainable_load`.
 """

@@ -27,9 +27,9 @@ def preflight(cfg: BenchConfig, rec: tuple | None, log: Log) -> list[str]:
     a clear message; anything else is only a warning, and such failures are counted during the run."""
     if rec is None:
         return []
-    kind, msg = rec[4], rec[5]
+    kind, msg = rec.error, rec.detail
     if not kind:
-        log(f"probe ok: {cfg.api} answered in {(rec[3] - rec[1]) * 1e3:.0f} ms")
+        log(f"probe ok: {cfg.api} answered in {(rec.done - rec.sent) * 1e3:.0f} ms")
         return []
     where = f"POST {cfg.url}{cfg.endpoint}"
     if kind == "connect":

@@ -249,7 +249,7 @@ def confirm(run: Callable[[float], Point], slo: SLO, *, start: float, duration: 
 
     Why: a search's short points end before the queue settles. On the 2-core box 5 s points put MiniLM's
     peak at 44.45 req/s for P99 <= 200 ms, and a soak at 80% of it ran P99 316 ms in its first 40 s and 486
-    ms over 2 minutes (issue 25). A point that fell behind (completions below the keep-up share of sends)
+    ms over 2 minutes. A point that fell behind (completions below the keep-up share of sends)
     also bounds the server's capacity by its completions/s, so the next load is at most `backoff` x that:
     one step to near capacity instead of several 10% steps, each as long as `duration`."""
     integer = over == "concurrency"

@@ -31,23 +31,23 @@ def build_point(results: list[dict[str, Any]], *, offered: Offered, t0: float, w
     such as validate's fault drills that expect errors and judge them by their own rules)."""
     w0, w1 = t0 + warmup, t0 + warmup + duration
     recs = [r for res in results for r in res["records"]]
-    meas = [r for r in recs if w0 <= r[0] < w1]
+    meas = [r for r in recs if w0 <= r.sched < w1]
     unsent = sum(1 for res in results for u in res.get("unsent", []) if w0 <= u < w1)
     n = len(meas) + unsent
-    ok = [r for r in meas if not r[4]]
-    errs = [r for r in meas if r[4]]
+    ok = [r for r in meas if not r.error]
+    errs = [r for r in meas if r.error]
     by_kind: dict[str, int] = {}
     examples: dict[str, str] = {}
     for r in errs:
-        by_kind[r[4]] = by_kind.get(r[4], 0) + 1
-        examples.setdefault(r[4], f"{r[5]} ({HINTS.get(r[4], '')})")
-    done_in_window = [r for r in recs if not r[4] and w0 <= r[3] < w1]
+        by_kind[r.error] = by_kind.get(r.error, 0) + 1
+        examples.setdefault(r.error, f"{r.detail} ({HINTS.get(r.error, '')})")
+    done_in_window = [r for r in recs if not r.error and w0 <= r.done < w1]
     achieved = len(done_in_window) / duration
-    e2e = np.array([(r[3] - r[0]) * 1e3 for r in ok])
-    lag = np.array([(r[1] - r[0]) * 1e3 for r in meas])
+    e2e = np.array([(r.done - r.sched) * 1e3 for r in ok])
+    lag = np.array([(r.sent - r.sched) * 1e3 for r in meas])
     beats = np.array([b * 1e3 for res in results for b in res["beats"]])
     cpu = max((res["cpu"] / res["wall"] for res in results if res["wall"] > 0), default=0.0)
-    sent = sum(1 for r in recs if w0 <= r[1] < w1) / duration
+    sent = sum(1 for r in recs if w0 <= r.sent < w1) / duration
     point = Point(offered=offered, n=n, ok=len(ok), achieved_rps=round(achieved, 3),
                   errors=Errors(total=len(errs), rate=round(len(errs) / n, 5) if n else 0.0, by_kind=by_kind,
                                 examples=examples),
@@ -56,23 +56,23 @@ def build_point(results: list[dict[str, Any]], *, offered: Offered, t0: float, w
                   client=ClientCheck(workers=len(results), cpu_util=round(cpu, 3), lag_ms=percentiles(lag),
                                      loop_lag_ms=percentiles(beats), sent_rps=round(sent, 2), scheduled=n,
                                      unsent=unsent, inflight_capped=any(res.get("capped") for res in results)))
-    in_tok = sum(r[7] for r in done_in_window)
-    point.tokens_estimated = any(r[5] != "usage" for r in done_in_window)
+    in_tok = sum(r.in_tokens for r in done_in_window)
+    point.tokens_estimated = any(r.detail != "usage" for r in done_in_window)
     point.input_tokens_per_s = round(in_tok / duration, 2)
     if e2e.size:
         point.mean_inflight = round(achieved * float(e2e.mean()) / 1e3, 3)
     good = np.ones(len(ok), dtype=bool)
     if streaming:
-        ttft = np.array([(r[2] - r[0]) * 1e3 for r in ok])
-        itl = [np.diff(np.asarray(r[8])) * 1e3 for r in ok if r[8] and len(r[8]) > 1]
-        tpot = np.array([(r[3] - r[2]) * 1e3 / (r[6] - 1) if r[6] > 1 and math.isfinite(r[2]) else math.nan
+        ttft = np.array([(r.first - r.sched) * 1e3 for r in ok])
+        itl = [np.diff(np.asarray(r.chunk_times)) * 1e3 for r in ok if r.chunk_times and len(r.chunk_times) > 1]
+        tpot = np.array([(r.done - r.first) * 1e3 / (r.out_tokens - 1) if r.out_tokens > 1 and math.isfinite(r.first) else math.nan
                          for r in ok])
         point.ttft_ms = percentiles(ttft)
         point.itl_ms = percentiles(np.concatenate(itl) if itl else [])
         point.tpot_ms = percentiles(tpot)
-        point.output_tokens_per_s = round(sum(r[6] for r in done_in_window) / duration, 2)
+        point.output_tokens_per_s = round(sum(r.out_tokens for r in done_in_window) / duration, 2)
         per = {"e2e": e2e, "ttft": ttft, "tpot": tpot,
-               "itl": np.array([float(np.max(np.diff(r[8]))) * 1e3 if r[8] and len(r[8]) > 1 else 0.0 for r in ok])}
+               "itl": np.array([float(np.max(np.diff(r.chunk_times))) * 1e3 if r.chunk_times and len(r.chunk_times) > 1 else 0.0 for r in ok])}
     else:
         per = {"e2e": e2e}
     if bounds is not None:
@@ -87,10 +87,10 @@ def build_point(results: list[dict[str, Any]], *, offered: Offered, t0: float, w
         note = nothing_completed(recs, w0, warmup, duration, offered, n, by_kind)
         point.warning = f"{note}; {point.warning}" if point.warning else note
     if save_requests:
-        point.requests = [{"sched_s": round(r[0] - bench_t0, 6), "lag_ms": round((r[1] - r[0]) * 1e3, 3),
-                           "e2e_ms": round((r[3] - r[0]) * 1e3, 3),
-                           "ttft_ms": round((r[2] - r[0]) * 1e3, 3) if math.isfinite(r[2]) else None,
-                           "error": r[4] or None, "out_tokens": r[6], "in_tokens": r[7]} for r in meas]
+        point.requests = [{"sched_s": round(r.sched - bench_t0, 6), "lag_ms": round((r.sent - r.sched) * 1e3, 3),
+                           "e2e_ms": round((r.done - r.sched) * 1e3, 3),
+                           "ttft_ms": round((r.first - r.sched) * 1e3, 3) if math.isfinite(r.first) else None,
+                           "error": r.error or None, "out_tokens": r.out_tokens, "in_tokens": r.in_tokens} for r in meas]
     return point
 
 
@@ -109,7 +109,7 @@ def nothing_completed(recs: list[tuple], w0: float, warmup: float, duration: flo
     if offered.concurrency:
         streams = "the stream was" if offered.concurrency == 1 else f"all {offered.concurrency} streams were"
         why = f"no request was sent in {window}: {streams} busy with requests sent during warm-up"
-        done = [r[3] - r[0] for r in recs if r[0] < w0 and math.isfinite(r[3])]
+        done = [r.done - r.sched for r in recs if r.sched < w0 and math.isfinite(r.done)]
         if done:
             why += f" (those took up to {max(done):.1f} s; warm-up + window = {warmup + duration:g} s)"
     else:
@@ -128,7 +128,7 @@ def _error_check(point: Point, budget: float, errs: list[tuple]) -> None:
     why = f"{e.rate:.1%} of {point.n:,} requests failed ({kinds}; budget {budget:.0%})"
     why += (f": its ok req/s and latencies describe the {point.ok:,} that succeeded, not the server's "
             "throughput at this load" if point.ok else ": none succeeded")
-    n503 = sum(1 for r in errs if str(r[5]).startswith("HTTP 503"))
+    n503 = sum(1 for r in errs if str(r.detail).startswith("HTTP 503"))
     if n503:
         why += (f". {n503:,} answered HTTP 503: the server was not ready (still loading, restarting or "
                 "overloaded); wait for it (--wait-ready) or lower the load")

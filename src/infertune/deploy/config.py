@@ -66,7 +66,7 @@ class Workload(BaseModel):
     sizing: Sizing | None = None  # the figures the requests come from
     placement: Placement = Placement()
     image: Image | None = None
-    # a quantized plan (issue 26): the llm-compressor step that writes model_dir, to run before the pods start
+    # a quantized plan: the llm-compressor step that writes model_dir, to run before the pods start
     checkpoint: dict[str, Any] | None = None
     notes: list[str] = []
 

@@ -35,7 +35,7 @@ def default_image(w: Workload) -> str:
 
 def build(cfg: DeployConfig) -> tuple[Workload, dict[str, list[dict[str, Any]]], list[str]]:
     """(workload, {relative file path: objects}, notes) without writing anything."""
-    from infertune.deploy.workload import resolve_workload
+    from infertune.deploy.pod_recipe import resolve_workload
 
     w = resolve_workload(cfg)
     image = cfg.image or default_image(w)

@@ -118,8 +118,10 @@ def _parse_flags(text: str) -> frozenset[str]:
     return frozenset(f.strip().lower() for f in text.replace(",", " ").split() if f.strip())
 
 
-def read_cpu(flags_override: str | None = None) -> CPU:
-    model = vendor = ""
+def read_cpu(flags_override: str | None = None, real: bool = False) -> CPU:
+    """This host's CPU, the one place /proc/cpuinfo is read. `real`: the flags the kernels will meet, whatever
+    INFERTUNE_CPU_FLAGS says (an engine's own availability check and the environment fingerprint want those)."""
+    model = vendor = board = ""
     flags: frozenset[str] = frozenset()
     try:
         with open("/proc/cpuinfo") as f:
@@ -128,14 +130,18 @@ def read_cpu(flags_override: str | None = None) -> CPU:
                 key = key.strip()
                 if key == "model name" and not model:
                     model = val.strip()
+                elif key == "Hardware" and not board:  # Arm boards name the SoC here, and have no model name
+                    board = val.strip()
                 elif key == "vendor_id" and not vendor:
                     vendor = val.strip()
                 elif key in ("flags", "Features") and not flags:
                     flags = _parse_flags(val)
     except OSError:
-        model = platform.processor()
+        pass
+    model = model or board or platform.processor()
     source = "/proc/cpuinfo"
-    override = flags_override if flags_override is not None else os.environ.get("INFERTUNE_CPU_FLAGS")
+    override = None if real else flags_override if flags_override is not None else os.environ.get(
+        "INFERTUNE_CPU_FLAGS")
     if override is not None:
         flags, source = _parse_flags(override), "INFERTUNE_CPU_FLAGS"
     try:

@@ -92,7 +92,7 @@ class PlanResult(BaseModel):
     notes: list[str] = []
     task: Literal["embed", "generate"] = "generate"  # models/kind.py's decision
     embedding: EmbedPlan | None = None  # memory, throughput bound and engines of an embedder (plan/embed.py)
-    # issue 26: the llm-compressor step that makes the checkpoint commands["vllm"] serves (None: bf16/fp16, or a
+    # the llm-compressor step that makes the checkpoint commands["vllm"] serves (None: bf16/fp16, or a
     # directory that is a quantized checkpoint already), every quantized scheme read for this GPU (candidate with
     # kernel, step and `vllm serve`, or dropped with the reason) and where vLLM keeps an FP8 KV cache here
     checkpoint: CheckpointStep | None = None

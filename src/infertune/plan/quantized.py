@@ -1,4 +1,4 @@
-"""plan's quantized checkpoints (issue 26): every scheme's rule read for the planned GPU
+"""plan's quantized checkpoints: every scheme's rule read for the planned GPU
 (llm/checkpoint_rules.py), the llm-compressor step that makes each candidate (llm/checkpoint_step.py)
 and the `vllm serve` of its output. A quantized dtype is served from the directory its step writes, or
 from a directory that is a quantized checkpoint already; never as a flag on unquantized weights (plan

@@ -1,5 +1,5 @@
 """Before the soak: confirm its rate with a point long enough for the queue to settle, backing off until one
-meets the SLO, and soak there (issue 25). The rule is bench's (`bench.slo.confirm`, as `bench --slo-confirm`),
+meets the SLO, and soak there. The rule is bench's (`bench.slo.confirm`, as `bench --slo-confirm`),
 the load the soak's own (validate.load), so the confirm point and the soak are measured the same way and
 can be compared: a soak that misses the SLO at the rate its confirm point met says the server degrades.
 

@@ -93,14 +93,14 @@ def kill_worker(target: Target, api: str, req: Requests, peak: float, cfg: Valid
         load_error = bg.error
     restarts1 = scrape(target.url).get(RESTARTS)
     s = summarize(recs, cfg.timeout_s)
-    after = [r for r in recs if r[1] >= t_kill]
-    first_ok = min((r[3] for r in after if not r[4]), default=None)
+    after = [r for r in recs if r.sent >= t_kill]
+    first_ok = min((r.done for r in after if not r.error), default=None)
     recovery = round(first_ok - t_kill, 3) if first_ok is not None else None
-    failed = [r for r in recs if r[4]]
-    clear = [r for r in failed if (r[4] == "http_5xx" and "worker" in str(r[5])) or is_429(r)]
+    failed = [r for r in recs if r.error]
+    clear = [r for r in failed if (r.error == "http_5xx" and "worker" in str(r.detail)) or is_429(r)]
     post_from = (t_ready or t_kill) + 0.5
-    post = [r for r in recs if r[0] >= post_from]
-    post_err = sum(1 for r in post if r[4] and not is_429(r))  # 429 is load shedding, judged by stall/burst
+    post = [r for r in recs if r.sched >= post_from]
+    post_err = sum(1 for r in post if r.error and not is_429(r))  # 429 is load shedding, judged by stall/burst
     post_429 = sum(1 for r in post if is_429(r))
     delta = (restarts1 - restarts0) if restarts0 is not None and restarts1 is not None else None
     fails = []
@@ -181,10 +181,10 @@ def stall(target: Target, api: str, req: Requests, peak: float, cfg: ValidateCon
     sampler.stop()  # before the post-check forks its load processes: never fork while a sampler thread runs
     if "run" not in box:
         return Drill(name="stall", passed=False, reason=f"load generator failed: {box.get('error')}")
-    recs = sorted(box["run"].records(), key=lambda r: r[0])
+    recs = sorted(box["run"].records(), key=lambda r: r.sched)
     load_error = None
     post = _post_check(target, api, req, peak, cfg)
-    during = [r for r in recs if t_stop <= r[1] < t_cont]
+    during = [r for r in recs if t_stop <= r.sent < t_cont]
     s = summarize(recs, cfg.timeout_s)
     sd = summarize(during, cfg.timeout_s)
     depth = [d for d in sampler.metrics["infertune_queue_depth"] if d is not None]
@@ -223,7 +223,7 @@ def stall(target: Target, api: str, req: Requests, peak: float, cfg: ValidateCon
 def drain_rps(recs: list[tuple], min_ok: int = 10) -> float | None:
     """Answered requests per second while the queue was full: the rate it actually drained at, which on a busy
     host is below the peak measured earlier. None with too few answers to say."""
-    ends = sorted(r[3] for r in recs if not r[4])
+    ends = sorted(r.done for r in recs if not r.error)
     if len(ends) < min_ok or ends[-1] <= ends[0]:
         return None
     return (len(ends) - 1) / (ends[-1] - ends[0])
@@ -250,7 +250,7 @@ def burst(target: Target, api: str, req: Requests, peak: float, cfg: ValidateCon
                           cfg.timeout_s, cfg.seed, on_start=sampler.start)
     finally:
         sampler.stop()
-    recs = sorted(run.records(), key=lambda r: r[0])
+    recs = sorted(run.records(), key=lambda r: r.sched)
     s = summarize(recs, cfg.timeout_s)
     client = point(run, target.url, api, cfg.timeout_s, rate=rate)
     post = _post_check(target, api, req, peak, cfg)
@@ -346,6 +346,6 @@ def _series(recs: list[tuple], t_ref: float, what: str) -> dict[str, Any]:
     """Per-request scatter for the plots: send time (s from the fault) -> latency (ms), and the outcome."""
     step = max(1, len(recs) // 4000)
     sel = recs[::step]
-    return {"t_ref": what, "sent_s": [round(r[0] - t_ref, 3) for r in sel],
-            "latency_ms": [round((r[3] - r[0]) * 1e3, 1) for r in sel],
-            "outcome": ["ok" if not r[4] else "429" if is_429(r) else r[4] for r in sel]}
+    return {"t_ref": what, "sent_s": [round(r.sched - t_ref, 3) for r in sel],
+            "latency_ms": [round((r.done - r.sched) * 1e3, 1) for r in sel],
+            "outcome": ["ok" if not r.error else "429" if is_429(r) else r.error for r in sel]}

@@ -152,7 +152,7 @@ class BackgroundLoad:
     def stop(self) -> list[tuple]:
         self._stop.set()
         self._thread.join()
-        return sorted(self.records, key=lambda r: r[0])
+        return sorted(self.records, key=lambda r: r.sched)
 
     def __exit__(self, *exc) -> None:
         if self._thread.is_alive():
@@ -162,27 +162,27 @@ class BackgroundLoad:
 
 
 def is_429(rec: tuple) -> bool:
-    return rec[4] == "http_4xx" and str(rec[5]).startswith("HTTP 429")
+    return rec.error == "http_4xx" and str(rec.detail).startswith("HTTP 429")
 
 
 def summarize(records: list[tuple], timeout: float) -> dict[str, Any]:
     """Counts by outcome and latency figures (ms) of a set of records."""
     from infertune.bench.stats import percentiles
 
-    ok = [r for r in records if not r[4]]
+    ok = [r for r in records if not r.error]
     r429 = [r for r in records if is_429(r)]
-    other = [r for r in records if r[4] and not is_429(r)]
+    other = [r for r in records if r.error and not is_429(r)]
     kinds: dict[str, int] = {}
     examples: dict[str, str] = {}
     for r in other:
-        kinds[r[4]] = kinds.get(r[4], 0) + 1
-        examples.setdefault(r[4], str(r[5])[:300])
-    lat = [(r[3] - r[0]) * 1e3 for r in records]
+        kinds[r.error] = kinds.get(r.error, 0) + 1
+        examples.setdefault(r.error, str(r.detail)[:300])
+    lat = [(r.done - r.sched) * 1e3 for r in records]
     return {
         "requests": len(records), "ok": len(ok), "http_429": len(r429), "errors": len(other),
         "errors_by_kind": kinds, "error_examples": examples,
-        "latency_ok_ms": percentiles([(r[3] - r[0]) * 1e3 for r in ok]).model_dump(),
-        "latency_429_ms": percentiles([(r[3] - r[0]) * 1e3 for r in r429]).model_dump(),
+        "latency_ok_ms": percentiles([(r.done - r.sched) * 1e3 for r in ok]).model_dump(),
+        "latency_429_ms": percentiles([(r.done - r.sched) * 1e3 for r in r429]).model_dump(),
         "max_latency_ms": round(max(lat), 1) if lat else None,
-        "hung": sum(1 for r in records if r[4] == "timeout" or (r[3] - r[0]) > timeout),
+        "hung": sum(1 for r in records if r.error == "timeout" or (r.done - r.sched) > timeout),
     }

@@ -61,9 +61,9 @@ def long_tail(target: Target, api: str, req: Requests, peak: float, cfg: Validat
         run = run_streams(target.url, api, streams, min(1.0, cfg.step_s / 4), cfg.step_s, cfg.timeout_s, cfg.seed)
         w0 = run.t0 + run.warmup
         for k in bks:
-            recs = [r for r in run.records(k) if r[0] >= w0]
+            recs = [r for r in run.records(k) if r.sched >= w0]
             s = summarize(recs, cfg.timeout_s)
-            rejected = sum(1 for r in recs if r[4] == "http_4xx" and not is_429(r))
+            rejected = sum(1 for r in recs if r.error == "http_4xx" and not is_429(r))
             lat = s["latency_ok_ms"]
             row = {"rate_rps": round(rate, 3), "bucket_rate_rps": round(rate * shares[k] / total, 3),
                    "requests": s["requests"], "ok": s["ok"], "rejected_4xx": rejected, "http_429": s["http_429"],
@@ -71,7 +71,7 @@ def long_tail(target: Target, api: str, req: Requests, peak: float, cfg: Validat
                    "hung": s["hung"]}
             bad = {kind: n for kind, n in s["errors_by_kind"].items() if kind != "http_4xx"}
             if k == "over_limit" and not truncate:
-                row["p99_reject_ms"] = float(np.percentile([(r[3] - r[0]) * 1e3 for r in recs], 99)) if recs else None
+                row["p99_reject_ms"] = float(np.percentile([(r.done - r.sched) * 1e3 for r in recs], 99)) if recs else None
                 if s["ok"]:
                     fails.append(f"over-limit input was answered 200 at {rate:.3g} req/s without --truncate")
             elif rejected:

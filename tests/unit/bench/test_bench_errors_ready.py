@@ -9,6 +9,7 @@ import json
 
 from infertune.bench.config import BenchConfig
 from infertune.bench.ready import ANSWERED, LOADING, READY, REFUSED, patience, wait_until
+from infertune.bench.records import Record
 from infertune.bench.results import BenchResult, Offered, Percentiles, Point
 from infertune.bench.slo import parse_slo
 from infertune.bench.stats import build_point
@@ -16,7 +17,7 @@ from infertune.results import EnvFingerprint
 
 
 def _rec(sched: float, kind: str = "", msg: str = "usage", lat: float = 0.01) -> tuple:
-    return (sched, sched, float("nan"), sched + lat, kind, msg, 0, 5, None)
+    return Record(sched, sched, float("nan"), sched + lat, kind, msg, 0, 5, None)
 
 
 def _loading_point(n: int = 1000, ok: int = 60, budget: float | None = 0.01) -> Point:

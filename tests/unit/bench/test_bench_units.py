@@ -12,6 +12,7 @@ import pytest
 
 from infertune.bench import profiles
 from infertune.bench.config import BenchConfig
+from infertune.bench.records import Record
 from infertune.bench.results import Offered, Percentiles, Point
 from infertune.bench.slo import parse_slo, search
 from infertune.bench.stats import build_point
@@ -216,7 +217,7 @@ def test_search_over_concurrency_is_integer_and_reports_never_met():
 
 def _rec(sched, lag=0.0, lat=0.01, kind="", chunks=None, out=0):
     first = chunks[0] if chunks else math.nan
-    return (sched, sched + lag, first, sched + lat, kind, "boom" if kind else "usage", out, 5, chunks)
+    return Record(sched, sched + lag, first, sched + lat, kind, "boom" if kind else "usage", out, 5, chunks)
 
 
 def test_point_statistics_and_self_check():

@@ -123,7 +123,7 @@ def test_task_overrides_the_decision_both_ways(qwen3_embedding):
 
 def test_decoder_embedder_deploys_as_infertune_serve(qwen3_embedding, tmp_path):
     from infertune.deploy.config import DeployConfig
-    from infertune.deploy.workload import resolve_workload
+    from infertune.deploy.pod_recipe import resolve_workload
 
     w = resolve_workload(DeployConfig(source=qwen3_embedding, out=tmp_path, device="cuda"))
     assert w.engine == "infertune-serve" and w.gpus_per_pod == 1

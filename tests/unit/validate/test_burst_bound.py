@@ -3,11 +3,12 @@ queue drained at. A busy host drains slower than the peak found earlier; that is
 
 import pytest
 
+from infertune.bench.records import Record
 from infertune.validate.faults import burst_bound_ms, drain_rps
 
 
 def _recs(ends, err=""):
-    return [(0.0, 0.0, 0.0, t, err, None) for t in ends]
+    return [Record(0.0, 0.0, 0.0, t, err, "", 0, 0, None) for t in ends]
 
 
 def test_drain_rate_is_answers_per_second_between_the_first_and_last_answer():
@@ -25,7 +26,7 @@ def test_a_slow_drain_widens_the_bound_and_a_fast_one_does_not():
 
 def test_a_queue_without_a_bound_still_fails_at_the_rate_it_drained():
     # 400 requests admitted into an unbounded queue drained at 20/s: the last waits ~20 s, far past 32 ahead of it
-    recs = [(0.0, 0.0, 0.0, 0.5 + i / 20, "", None) for i in range(400)]
-    waits_ms = sorted((r[3] - r[0]) * 1e3 for r in recs)
+    recs = [Record(0.0, 0.0, 0.0, 0.5 + i / 20, "", "", 0, 0, None) for i in range(400)]
+    waits_ms = sorted((r.done - r.sched) * 1e3 for r in recs)
     p99 = waits_ms[int(0.99 * len(waits_ms))]
     assert p99 > burst_bound_ms(32, 40.0, drain_rps(recs), 0.0, 30.0)
