@@ -142,15 +142,18 @@ async def request(session, url: str, body: bytes, api: str, stream: bool, sched:
                 return Record(sched, disp, first, end, "truncated_stream",
                         f"stream ended after {out_tokens} chunks without [DONE]", out_tokens, in_tokens, chunks)
             if not chunks:
-                return Record(sched, disp, first, end, "bad_response", "stream had no content chunks", 0, in_tokens, chunks)
+                return Record(sched, disp, first, end, "bad_response", "stream had no content chunks", 0, in_tokens,
+                              chunks)
             if usage:
                 out_tokens = usage.get("completion_tokens") or out_tokens
                 in_tokens = usage.get("prompt_tokens") or in_tokens
             return Record(sched, disp, first, end, "", "usage" if usage else "", out_tokens, in_tokens, chunks)
     except TimeoutError:
-        return Record(sched, disp, first, now(), "timeout", "no complete answer within the timeout", out_tokens, in_tokens, chunks)
+        return Record(sched, disp, first, now(), "timeout", "no complete answer within the timeout", out_tokens,
+                      in_tokens, chunks)
     except aiohttp.ClientPayloadError as e:
-        return Record(sched, disp, first, now(), "truncated_stream", f"connection closed mid-answer: {e}", out_tokens, in_tokens, chunks)
+        return Record(sched, disp, first, now(), "truncated_stream", f"connection closed mid-answer: {e}", out_tokens,
+                      in_tokens, chunks)
     except (aiohttp.ClientConnectionError, OSError) as e:
         kind = "truncated_stream" if (stream and chunks) else "connect"
         return Record(sched, disp, first, now(), kind, f"{type(e).__name__}: {e}", out_tokens, in_tokens, chunks)

@@ -127,7 +127,8 @@ class LeanClient:
                 end = await fut
             except TimeoutError:
                 self._drop(c)
-                return Record(sched, disp, NAN, now(), "timeout", "no complete answer within the timeout", 0, in_tokens, None)
+                return Record(sched, disp, NAN, now(), "timeout", "no complete answer within the timeout", 0,
+                              in_tokens, None)
             except MidAnswer as e:
                 self._drop(c)
                 return Record(sched, disp, NAN, now(), "truncated_stream", str(e), 0, in_tokens, None)

@@ -65,14 +65,15 @@ def build_point(results: list[dict[str, Any]], *, offered: Offered, t0: float, w
     if streaming:
         ttft = np.array([(r.first - r.sched) * 1e3 for r in ok])
         itl = [np.diff(np.asarray(r.chunk_times)) * 1e3 for r in ok if r.chunk_times and len(r.chunk_times) > 1]
-        tpot = np.array([(r.done - r.first) * 1e3 / (r.out_tokens - 1) if r.out_tokens > 1 and math.isfinite(r.first) else math.nan
-                         for r in ok])
+        tpot = np.array([(r.done - r.first) * 1e3 / (r.out_tokens - 1)
+                         if r.out_tokens > 1 and math.isfinite(r.first) else math.nan for r in ok])
         point.ttft_ms = percentiles(ttft)
         point.itl_ms = percentiles(np.concatenate(itl) if itl else [])
         point.tpot_ms = percentiles(tpot)
         point.output_tokens_per_s = round(sum(r.out_tokens for r in done_in_window) / duration, 2)
         per = {"e2e": e2e, "ttft": ttft, "tpot": tpot,
-               "itl": np.array([float(np.max(np.diff(r.chunk_times))) * 1e3 if r.chunk_times and len(r.chunk_times) > 1 else 0.0 for r in ok])}
+               "itl": np.array([float(np.max(np.diff(r.chunk_times))) * 1e3
+                                if r.chunk_times and len(r.chunk_times) > 1 else 0.0 for r in ok])}
     else:
         per = {"e2e": e2e}
     if bounds is not None:
@@ -90,7 +91,8 @@ def build_point(results: list[dict[str, Any]], *, offered: Offered, t0: float, w
         point.requests = [{"sched_s": round(r.sched - bench_t0, 6), "lag_ms": round((r.sent - r.sched) * 1e3, 3),
                            "e2e_ms": round((r.done - r.sched) * 1e3, 3),
                            "ttft_ms": round((r.first - r.sched) * 1e3, 3) if math.isfinite(r.first) else None,
-                           "error": r.error or None, "out_tokens": r.out_tokens, "in_tokens": r.in_tokens} for r in meas]
+                           "error": r.error or None, "out_tokens": r.out_tokens, "in_tokens": r.in_tokens}
+                          for r in meas]
     return point
 
 

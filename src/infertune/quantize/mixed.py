@@ -25,6 +25,7 @@ class Quantizer:
 
     def __init__(self, spec, method: str, device: str):
         from infertune.models.embedding import load_encoder
+        from infertune.quantize.torch_ao import linear_names
 
         if method not in METHODS.get(device, ()):
             raise ValueError(f"no mixed-precision quantizer {method!r} on {device}; have {METHODS.get(device)}")
@@ -32,11 +33,7 @@ class Quantizer:
         self.high = "bf16" if device == "cuda" else "fp32"  # what the candidate loads before quantizing
         self.reference = load_encoder(spec, "fp32", device=device)
         self.base = self.reference if self.high == "fp32" else load_encoder(spec, self.high, device=device)
-
-    def names(self) -> list[str]:
-        from infertune.quantize.torch_ao import linear_names
-
-        return linear_names(self.base)
+        self.names = linear_names(self.base)
 
     def quantized(self, layers: list[str]):
         """A copy of the base model with exactly `layers` quantized."""
@@ -47,7 +44,7 @@ class Quantizer:
         from infertune.quantize.torchao import apply
 
         chosen = set(layers)
-        return apply(copy.deepcopy(self.base), self.method, skip=[n for n in self.names() if n not in chosen])
+        return apply(copy.deepcopy(self.base), self.method, skip=[n for n in self.names if n not in chosen])
 
 
 def search(spec: dict, texts: list[str], min_cosine_mean: float, min_cosine_min: float,
@@ -73,7 +70,7 @@ def search(spec: dict, texts: list[str], min_cosine_mean: float, min_cosine_min:
         return TorchEmbedder(es, tok, model, cand, device).embed(texts, batching, pooled=True)
 
     ref = run(qz.reference)
-    names = qz.names()
+    names = qz.names
     sens = []
     unmeasured = []
     for n in names:

@@ -71,7 +71,8 @@ def long_tail(target: Target, api: str, req: Requests, peak: float, cfg: Validat
                    "hung": s["hung"]}
             bad = {kind: n for kind, n in s["errors_by_kind"].items() if kind != "http_4xx"}
             if k == "over_limit" and not truncate:
-                row["p99_reject_ms"] = float(np.percentile([(r.done - r.sched) * 1e3 for r in recs], 99)) if recs else None
+                row["p99_reject_ms"] = (float(np.percentile([(r.done - r.sched) * 1e3 for r in recs], 99))
+                                        if recs else None)
                 if s["ok"]:
                     fails.append(f"over-limit input was answered 200 at {rate:.3g} req/s without --truncate")
             elif rejected:

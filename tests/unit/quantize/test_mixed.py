@@ -42,7 +42,7 @@ def test_torchao_quantizer_per_layer_and_the_kept_set(texts):
 
     spec = embedding_spec("minilm")
     qz = Quantizer(spec, "torchao-int8-dyn", "cpu")
-    names = qz.names()
+    names = qz.names
 
     def plain(model):  # torchao swaps a quantized Linear's weight for its own tensor type
         return {n for n, m in model.named_modules() if n in names and type(m.weight) is torch.nn.Parameter}

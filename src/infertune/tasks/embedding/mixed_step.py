@@ -15,8 +15,8 @@ MIN_LEFT_S = 25.0  # the per-layer pass of MiniLM took ~10 s of them on 2 cores
 
 def source(task, run) -> tuple[str | None, str | None, str | None]:
     """(the quantizer to rescue, None, the engine it ran on) or (None, why no mixed candidate is tried or None
-    when not worth a line, None). A rescue is worth it when its engine probed >= 1.1x the best verified probe; naming `mixed` in
-    --candidates asks for it at any speed (a measurement, not a bet on winning)."""
+    when not worth a line, None). A rescue is worth it when its engine probed >= 1.1x the best verified probe;
+    naming `mixed` in --candidates asks for it at any speed (a measurement, not a bet on winning)."""
     cfg = task.cfg
     if not cfg.sensitivity or task.custom is not None:
         return None, None, None
@@ -72,6 +72,7 @@ def mixed_options(task, run) -> list[Option]:
     if not keep:
         run.log["not_tried"].append({"candidate": label, "why": f"{method} of every layer met the budget on the "
                                      "calibration split: nothing to keep high"})
+        return []
     if len(keep) >= found["n_layers"]:
         why = ("the search ran out of time" if found.get("cut_short") else
                "no quantized layer kept the model within the budget on the calibration split")
