@@ -19,7 +19,7 @@ from pathlib import Path
 
 MODEL = Path(os.environ.get("SMOLLM2_HF", "/work/main/.cache/smollm2_hf"))
 WORK = Path(".cache/llmc")
-OUT = Path("docs/measurements/llmc-2026-12-02")
+OUT = Path(os.environ.get("LLMC_OUT", "docs/measurements/llmc-2026-12-02"))  # a later session writes its own folder
 VLLM_PY = os.environ.get("INFERTUNE_VLLM_PYTHON", "/work/main/.venv-vllm/bin/python")
 N_PROMPTS, N_TOKENS = 4, 8
 

@@ -78,7 +78,7 @@ partial() {  # $1: label; copies the run's results.json to $OUT while it runs
   (while sleep 10; do cp $R/$1/results.json "$OUT/$1.partial.json" 2>/dev/null; done) > /dev/null 2>&1 &
   PARTIAL=$!
 }
-STRICT="--drop-below 0 --min-cosine ${MIN_COS:-0.999} --min-cosine-min 0.99 --time-budget ${BUDGET:-900}"
+STRICT="--drop-below 0 --min-cosine ${MIN_COS:-0.999} --min-cosine-min ${MIN_COS_MIN:-0.99} --time-budget ${BUDGET:-900}"
 if [ "$STEP" = mixed ]; then
   [ -d /tmp/minilm ] || $PY scripts/gpu/restore_minilm.py /tmp/minilm > /dev/null || exit 1
   partial minilm-mixed
@@ -91,6 +91,7 @@ if [ "$STEP" = qwen-mixed ] || [ "$STEP" = qwen-eager ]; then
   L=qwen3emb-mixed; F=torch-eager/bf16,torchao,mixed
   # eager torchao: the compiled fp8 probe of this shape timed out after 204 s (session 19)
   [ "$STEP" = qwen-eager ] && L=qwen3emb-eager && F=torch-eager/bf16,torch-eager/fp8,torch-eager/int8,mixed
+  L=${LABEL:-$L}; F=${CANDS:-$F}  # one call per question: e.g. LABEL=qwen3emb-loose CANDS=... MIN_COS=0.98
   partial $L
   tune $L $Q --candidates $F $STRICT
   kill $PARTIAL
