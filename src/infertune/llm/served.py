@@ -221,7 +221,9 @@ def eval_sets(tokenizer, out_dir: Path, workload: str | Path | None = None, *, n
     with path.open("w", encoding="utf-8") as f:
         for i in ev:
             mt = reqs[i].max_tokens if max_tokens is None else min(reqs[i].max_tokens or max_tokens, max_tokens)
-            f.write(json.dumps({"prompt": texts[i], "max_tokens": mt}, ensure_ascii=False) + "\n")
+            # EOS ignored: every request runs to the workload's output length, so TPOT and goodput are judged at
+            # the lengths the user asked for (a model that stops at once streams no content and is not a result)
+            f.write(json.dumps({"prompt": texts[i], "max_tokens": mt, "ignore_eos": True}, ensure_ascii=False) + "\n")
     return EvalSets(seqs=[ids[i][:max_len] for i in spread(n_seqs)], prompts=[ids[i] for i in spread(n_prompts)],
                     load_file=path, n_eval=len(ev))
 

@@ -99,6 +99,7 @@ def test_eval_sets_hold_the_eval_split_only_spread_over_lengths(tmp_path):
     assert max(len(s) for s in sets.seqs) == 50 and len(sets.prompts[0]) < len(sets.prompts[-1])
     rows = [json.loads(x) for x in sets.load_file.read_text().splitlines()]
     assert len(rows) == sets.n_eval and {r["max_tokens"] for r in rows} == {16}
+    assert all(r["ignore_eos"] for r in rows)
     eval_lengths = {5 + 7 * i for i in range(40) if i not in calib}
     assert {len(r["prompt"].split()) for r in rows} == eval_lengths
 
