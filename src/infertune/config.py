@@ -143,6 +143,17 @@ class TuneConfig(BaseModel):
     sensitivity: bool = True
     lm_accuracy: LMAccuracyBudget = LMAccuracyBudget()  # causal LMs
     lm_batches: tuple[int, ...] = Field((1, 8, 32), description="causal LMs: decode batch sizes for TPOT")
+    # causal LMs served by vLLM: the pick is the highest request rate meeting both P99s (ms; None: no term)
+    lm_engine: Literal["auto", "vllm", "torch"] = Field("auto", description=(
+        "causal LMs: vllm = candidates are checkpoints x vLLM engine arguments, measured as served (the winner "
+        "is what `infertune serve` runs); torch = infertune's own batch-1 decode loops, a roofline diagnosis; "
+        "auto = vllm where a vLLM install is found, else torch"))
+    slo_ttft_ms: float | None = Field(None, gt=0, description="causal LMs (vllm): P99 time to first token (ms)")
+    slo_tpot_ms: float | None = Field(None, gt=0, description="causal LMs (vllm): P99 time per output token (ms)")
+    lm_concurrency: int = Field(4, ge=1, description=(
+        "causal LMs (vllm): requests in flight for the closed-loop points (the probe, and the pick without an SLO)"))
+    lm_max_tokens: int | None = Field(None, gt=0, description=(
+        "causal LMs (vllm): cap on each request's output tokens in the load (default: the workload's max_tokens)"))
     lm_time_budget_s: Seconds = Field(540, gt=0, description="causal LMs: the default time budget when "
                                     "time_budget_s is not set")
     time_budget_s: Seconds | None = Field(None, gt=0, description=(

@@ -19,6 +19,11 @@ def print_summary(result: TuneResult) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    if result.kind == "causal-lm" and result.lm.get("engine") == "vllm":
+        from infertune.tasks.causal_lm.served_report import print_served_summary
+
+        print_served_summary(result)
+        return print_search(result)
     if result.kind == "causal-lm":
         from infertune.llm.report import print_lm_summary
 

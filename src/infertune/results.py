@@ -123,6 +123,10 @@ class CandidateResult(BaseModel):
     tpot_by_batch: dict[str, Latency] = {}  # "8" -> one decode step at batch 8
     roofline_fraction: float | None = Field(None, description="batch-1 memory roofline time / measured TPOT")
     weight_bytes: int | None = None  # bytes one decode step must read (weights)
+    # causal LMs served by vLLM: the load bench put on the server, and what it was started with
+    goodput_rps: float | None = Field(None, description="highest request rate meeting the TTFT/TPOT P99 SLO")
+    requests_per_s: float | None = Field(None, description="completed requests/s at the workload's concurrency")
+    served: dict[str, Any] = {}  # checkpoint, vLLM arguments, seconds to /health, every bench point
     # the search: how far the candidate got, what it cost, why it was tried or dropped
     stage: str | None = Field(None, description="furthest stage reached: prepare | probe | full | confirm")
     time_s: float | None = Field(None, description="seconds this candidate cost the run, all stages")

@@ -56,6 +56,11 @@ def tune_cmd(
     peers: Annotated[str | None, typer.Option(help="embeddings: after tuning, serve the artifact with `infertune serve` and these engines (vllm: its pooling runner, from .venv-vllm or $INFERTUNE_VLLM_PYTHON) on the source model, each in its own process, and measure them side by side on the workload (results.json 'peers')")] = None,
     max_ppl_delta: Annotated[float, typer.Option(help="causal LMs: allowed perplexity rise vs the reference (0.02 = +2%)")] = 0.02,
     min_top1: Annotated[float, typer.Option(help="causal LMs: minimum next-token top-1 agreement with the reference")] = 0.97,
+    slo_ttft_ms: Annotated[float | None, typer.Option(help="causal LMs served by vLLM: P99 time to first token (ms); the pick is the highest request rate meeting every SLO given")] = None,
+    slo_tpot_ms: Annotated[float | None, typer.Option(help="causal LMs served by vLLM: P99 time per output token (ms)")] = None,
+    lm_engine: Annotated[str, typer.Option(help="causal LMs: vllm (checkpoints x vLLM arguments, measured as served; the winner is what `serve` runs), torch (our batch-1 decode loops: a roofline diagnosis), auto (vllm where installed)")] = _default("lm_engine"),
+    lm_concurrency: Annotated[int, typer.Option(help="causal LMs (vllm): requests in flight for closed-loop points (the probe; the pick without an SLO)")] = _default("lm_concurrency"),
+    lm_max_tokens: Annotated[int | None, typer.Option(help="causal LMs (vllm): cap on each request's output tokens (default: the workload's max_tokens)")] = None,
     lm_batches: Annotated[str, typer.Option(help="causal LMs: decode batch sizes for TPOT, comma-separated")] = "1,8,32",
     lm_time_budget: Annotated[float, Duration("causal LMs: the default --time-budget (halved with --quick)")] = 540,
     time_budget: Annotated[float | None, Duration("wall-clock budget of the whole run, honoured within ~10%: every stage scales to it and candidates that cannot start in time are skipped with that reason. Default: 5m (2.5m with --quick) for embeddings on CPU, 3m on GPU, --lm-time-budget for causal LMs")] = None,
@@ -80,6 +85,8 @@ def tune_cmd(
     from infertune.errors import InfertuneError
     from infertune.tune import tune
 
+    if lm_engine not in ("auto", "vllm", "torch"):
+        raise InfertuneError(f"--lm-engine must be auto, vllm or torch, not {lm_engine!r}")
     if device not in ("cpu", "cuda"):
         raise InfertuneError(f"--device must be cpu or cuda, not {device!r}")
     cfg = TuneConfig(
@@ -92,7 +99,8 @@ def tune_cmd(
         rounds=rounds, confirm_rounds=confirm_rounds, tie_margin=tie_margin, threads=threads, max_eval_items=max_eval_items, pooling=pooling, task=task, dimensions=dimensions,
         peers=[p.strip() for p in (peers or "").split(",") if p.strip()],
         lm_accuracy=LMAccuracyBudget(max_ppl_delta_rel=max_ppl_delta, min_top1_agreement=min_top1),
-        lm_batches=_batches(lm_batches), lm_time_budget_s=lm_time_budget, time_budget_s=time_budget,
+        slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, lm_engine=lm_engine, lm_concurrency=lm_concurrency,
+        lm_max_tokens=lm_max_tokens, lm_batches=_batches(lm_batches), lm_time_budget_s=lm_time_budget, time_budget_s=time_budget,
         drop_below=drop_below, keep_exports=keep_exports,
     )
     result = tune(cfg)

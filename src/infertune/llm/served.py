@@ -39,41 +39,6 @@ class Served:
         return self.name or " ".join([Path(self.checkpoint).name, *self.args])
 
 
-def server_argv(prefix: list[str], s: Served, *, dtype: str, max_model_len: int, host: str, port: int,
-                served_name: str) -> list[str]:
-    """The full command line: `prefix` is llm/vllm_server.find_vllm's answer (a module run or `vllm serve`)."""
-    from infertune.llm.artifact import vllm_args
-
-    args = vllm_args(s.checkpoint, dtype, max_model_len, port, host, served_name=served_name)
-    if prefix[-1] == "serve":  # `vllm serve MODEL ...` takes the model positionally
-        args = [s.checkpoint] + args[2:]
-    return prefix + args + list(s.args)
-
-
-def start(s: Served, *, device: str = "cpu", dtype: str = "bfloat16", max_model_len: int = 2048,
-          host: str = "127.0.0.1", port: int = 8000, python: str | None = None, log: Path | None = None,
-          timeout_s: float = 900, served_name: str = "candidate"):
-    """Start vLLM on `s` and return (the running server, seconds until /health answered)."""
-    import os
-
-    from infertune.llm.vllm_server import VLLMServer, find_vllm
-
-    if not (Path(s.checkpoint) / "config.json").exists():
-        raise InfertuneError(f"{s.checkpoint} has no config.json: not a checkpoint vLLM can load")
-    argv = server_argv(find_vllm(device, python), s, dtype=dtype, max_model_len=max_model_len, host=host, port=port,
-                       served_name=served_name)
-    env = dict(s.env)
-    if device != "cuda":
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
-    srv = VLLMServer(argv, env, host, port, log)
-    try:
-        took = srv.wait_healthy(timeout_s)
-    except BaseException:
-        srv.stop(grace_s=5)
-        raise
-    return srv, took
-
-
 def _post(url: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     import httpx
 
@@ -158,16 +123,28 @@ def _point_dict(p) -> dict[str, Any]:
             "valid": p.valid, "invalid_reason": p.invalid_reason, "errors": p.errors.total}
 
 
-def load(url: str, workload: Path, *, concurrency: int = 1, slo: str | None = None, duration_s: float = 15.0,
-         warmup_s: float = 3.0, model: str | None = None, log=None) -> dict[str, Any]:
+def load(url: str, workload: Path, *, concurrency: int = 1, slo: str | None = None, slo_start: float | None = None,
+         rate: float | None = None, slo_bounds: str | None = None, duration_s: float = 15.0, warmup_s: float = 3.0,
+         model: str | None = None, log=None) -> dict[str, Any]:
     """What `infertune bench` measures on the server (completions, streamed, the workload's prompts and
-    max_tokens). Without `slo`: one closed-loop point at `concurrency`. With `slo` such as
-    'p99_ttft_ms<=800,p99_tpot_ms<=120': bench's search for the highest request rate that meets it; the answer
-    is that rate (`max_load_rps`, the sustained goodput the pick compares) and the point measured there."""
+    max_tokens). One of:
+    - `slo` such as 'p99_ttft_ms<=800,p99_tpot_ms<=120': bench's search for the highest request rate that meets
+      it, from `slo_start` (default: bench's one-at-a-time rate). The answer is that rate (`max_load_rps`, the
+      sustained goodput the pick compares), the point measured there (`at_max`) and, when no rate met it, the
+      lowest-rate point (`lowest`);
+    - `rate`: one open-loop point at that many requests/s, judged against `slo_bounds` (`slo_pass`);
+    - else one closed-loop point at `concurrency`."""
     from infertune.bench.config import BenchConfig
     from infertune.bench.runner import bench
+    from infertune.bench.slo import parse_slo
 
-    kw: dict[str, Any] = {"slo": slo, "slo_over": "rate", "slo_repeats": 1} if slo else {"concurrency": [concurrency]}
+    if slo:
+        kw: dict[str, Any] = {"slo": slo, "slo_over": "rate", "slo_repeats": 1, "slo_tolerance": 0.1,
+                              "slo_step": 1.5, "slo_start": slo_start}
+    elif rate:
+        kw = {"rates": [rate]}
+    else:
+        kw = {"concurrency": [concurrency]}
     cfg = BenchConfig(url=url, api="completions", model=model, workload=workload, duration=duration_s,
                       warmup=warmup_s, stream=True, metrics_url="", **kw)
     t = time.monotonic()
@@ -175,11 +152,17 @@ def load(url: str, workload: Path, *, concurrency: int = 1, slo: str | None = No
     out: dict[str, Any] = {"slo": slo, "wall_s": round(time.monotonic() - t, 1), "points": len(res.points)}
     if slo:
         s = res.slo
-        at = [p for p in res.points if p.slo_pass and p.offered.rate == (s.max_load if s else None)]
+        passing = [p for p in res.points if p.slo_pass]
+        at = max(passing, key=lambda p: p.offered.rate or 0.0) if passing else None
+        low = min(res.points, key=lambda p: p.offered.rate or 0.0) if res.points else None
         out |= {"met": bool(s and s.met), "max_load_rps": s.max_load if s else None,
-                "bracket": s.bracket if s else None, "at_max": _point_dict(at[-1]) if at else None}
+                "bracket": s.bracket if s else None, "at_max": _point_dict(at) if at else None,
+                "lowest": _point_dict(low) if low else None, "steps": list(s.steps) if s else []}
     else:
-        out |= {"concurrency": concurrency, **_point_dict(res.points[-1])}
+        p = res.points[-1]
+        out |= {"concurrency": None if rate else concurrency, "rate": rate, **_point_dict(p)}
+        if rate and slo_bounds:
+            out["slo_pass"], out["slo_detail"] = parse_slo(slo_bounds, 0.01, True, keepup=0.95).check(p)
     return out
 
 
@@ -236,6 +219,7 @@ def compare(cands: list[Served], sets: EvalSets, *, n_new: int = 16, slo: str | 
     through the API. A candidate that fails to start or answer is recorded with the error and the rest go on.
     `budget(id) -> str | None` may refuse a start (the time left); its answer is the record's reason."""
     from infertune.llm.verify import accuracy
+    from infertune.llm.vllm_server import launch
 
     out: list[dict[str, Any]] = []
     ref_rows = ref_greedy = None
@@ -248,7 +232,8 @@ def compare(cands: list[Served], sets: EvalSets, *, n_new: int = 16, slo: str | 
         log = (log_dir / f"vllm-{len(out)}.log") if log_dir else None
         say(f"  serving {s.id} ...")
         try:
-            srv, took = start(s, device=device, max_model_len=max_model_len, port=port, python=python, log=log)
+            srv, took = launch(s.checkpoint, s.args, device=device, max_model_len=max_model_len, port=port,
+                               python=python, log=log, env=dict(s.env))
         except InfertuneError as e:
             rec |= {"status": "failed", "stage": "start", "reason": str(e)[-600:]}
             say(f"  [failed] {s.id}: {str(e).splitlines()[0]}")

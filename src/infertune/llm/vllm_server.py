@@ -76,9 +76,9 @@ def install_hint(device: str, model_dir: str = "<artifact>/model") -> str:
 
 def command(artifact: str | Path, host: str, port: int, python: str | None = None,
             extra_args: tuple[str, ...] = ()) -> tuple[list[str], dict[str, str], dict[str, Any]]:
-    """(argv, extra environment, manifest) that serve this artifact."""
+    """(argv, extra environment, manifest) that serve this artifact: its checkpoint with exactly the engine
+    arguments and environment tune measured (the manifest's `vllm.args` and `vllm.env`), then `extra_args`."""
     from infertune.artifact import read_manifest
-    from infertune.llm.artifact import vllm_args
 
     root = Path(artifact)
     m = read_manifest(root)
@@ -89,19 +89,56 @@ def command(artifact: str | Path, host: str, port: int, python: str | None = Non
     if not (model_dir / "config.json").exists():
         raise InfertuneError(f"{model_dir} has no config.json; the artifact is incomplete, re-run `infertune tune`")
     device = m.get("device", "cpu")
-    prefix = find_vllm(device, python)
-    args = vllm_args(model_dir, v["dtype"], v["max_model_len"], port, host, served_name=m.get("model"))
-    if prefix[-1] == "serve":  # `vllm serve MODEL ...` takes the model positionally
-        args = [str(model_dir)] + args[2:]
-    env = {} if device == "cuda" else {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
-    return prefix + args + list(extra_args), env, m
+    argv = server_argv(find_vllm(device, python), str(model_dir), (*v.get("args", ()), *extra_args), dtype=v["dtype"],
+                       max_model_len=v["max_model_len"], host=host, port=port, served_name=m.get("model"))
+    return argv, server_env(device, v.get("env")), m
+
+
+def server_argv(prefix: list[str], checkpoint: str, args: tuple[str, ...], *, dtype: str, max_model_len: int,
+                host: str, port: int, served_name: str | None) -> list[str]:
+    """The whole command line: `prefix` is find_vllm's answer (a module run, or `vllm serve`, which takes the model
+    positionally), then the model, dtype, context, address and name, then the candidate's own `args`."""
+    from infertune.llm.artifact import vllm_args
+
+    base = vllm_args(checkpoint, dtype, max_model_len, port, host, served_name=served_name)
+    if prefix[-1] == "serve":
+        base = [checkpoint] + base[2:]
+    return prefix + base + list(args)
+
+
+def server_env(device: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """What the server's environment adds: vllm-cpu's KV cache size (GiB; its default would take a share of
+    the host's memory) unless the candidate or the user set one."""
+    out = dict(env or {})
+    if device != "cuda":
+        out.setdefault("VLLM_CPU_KVCACHE_SPACE", os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
+    return out
+
+
+def launch(checkpoint: str | Path, args: tuple[str, ...] = (), *, device: str = "cpu", dtype: str = "bfloat16",
+           max_model_len: int = 2048, host: str = "127.0.0.1", port: int = 8000, python: str | None = None,
+           log: Path | None = None, timeout_s: float = 900, served_name: str | None = "candidate",
+           env: dict[str, str] | None = None) -> tuple[VLLMServer, float]:
+    """Start vLLM on a checkpoint directory with engine arguments `args`; returns (the server, seconds until
+    /health answered). The server is stopped again when it does not come up."""
+    if not (Path(checkpoint) / "config.json").exists():
+        raise InfertuneError(f"{checkpoint} has no config.json: not a checkpoint vLLM can load")
+    argv = server_argv(find_vllm(device, python), str(checkpoint), tuple(args), dtype=dtype,
+                       max_model_len=max_model_len, host=host, port=port, served_name=served_name)
+    srv = VLLMServer(argv, server_env(device, env), host, port, log)
+    try:
+        took = srv.wait_healthy(timeout_s)
+    except BaseException:
+        srv.stop(grace_s=5)
+        raise
+    return srv, took
 
 
 class VLLMServer:
     """A running vLLM server in its own process group; `stop()` (or leaving the `with`) shuts it down."""
 
     def __init__(self, argv: list[str], env: dict[str, str], host: str, port: int, log: Path | None = None):
-        self.argv, self.host, self.port = argv, host, port
+        self.argv, self.env, self.host, self.port = argv, env, host, port
         self.url = f"http://{host}:{port}"
         self.log = log
         out = open(log, "ab") if log else None  # noqa: SIM115 - closed in stop()
@@ -177,10 +214,11 @@ def start_vllm(artifact: str | Path, host: str = "127.0.0.1", port: int = 8000, 
 
 def serve_llm(artifact_path: str | Path, host: str = "127.0.0.1", port: int = 8000, python: str | None = None,
               extra_args: tuple[str, ...] = (), log: Path | None = None, ready_timeout_s: float = 900,
-              on_ready=None, grace_s: float = 30) -> int:
+              on_ready=None, grace_s: float = 30, check: bool = True) -> int:
     """Serve a causal-LM artifact with vLLM until SIGTERM/SIGINT; returns vLLM's exit code (0 = clean).
 
-    Prints the launch command and the URL on stderr. `on_ready(url)` is called once /health answers.
+    Prints the launch command and the URL on stderr. Once /health answers, `check` asks the server for the
+    greedy continuations tune recorded and says how many match token for token; then `on_ready(url)` is called.
     """
     argv, env, m = command(artifact_path, host, port, python, extra_args)
     env_txt = " ".join(f"{k}={v}" for k, v in env.items())
@@ -197,6 +235,8 @@ def serve_llm(artifact_path: str | Path, host: str = "127.0.0.1", port: int = 80
         took = srv.wait_healthy(ready_timeout_s)
         print(f"vLLM ready at {srv.url}/v1 (model {m.get('model')!r}) after {took:.0f} s; "
               "Ctrl-C or SIGTERM stops it", file=sys.stderr, flush=True)
+        if check and m.get("greedy", {}).get("samples"):
+            report_greedy(check_greedy(srv.url, artifact_path))
         if on_ready:
             on_ready(srv.url)
         while srv.proc.poll() is None and not stopping:
@@ -209,6 +249,18 @@ def serve_llm(artifact_path: str | Path, host: str = "127.0.0.1", port: int = 80
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def report_greedy(g: dict[str, Any]) -> None:
+    """One line on stderr: the served model against the continuations tune recorded (and the first mismatch)."""
+    n_exact = round(g["exact"] * g["n"])
+    line = (f"greedy check: {n_exact}/{g['n']} recorded continuations reproduced exactly "
+            f"(token agreement {g['greedy_agreement']:.3f})")
+    bad = next((s for s in g["samples"] if s["expected"] != s["served"]), None)
+    if n_exact < g["n"] and bad:
+        line += f"; first mismatch after {bad['match']} tokens: expected {bad['expected'][:80]!r}, served " \
+                f"{bad['served'][:80]!r}"
+    print(line, file=sys.stderr, flush=True)
 
 
 def check_greedy(url: str, artifact: str | Path, timeout_s: float = 300) -> dict[str, Any]:

@@ -28,7 +28,7 @@ def pareto_front(task: Task, results: list[CandidateResult], drift) -> list[str]
     return [r.name for r in sorted(front, key=task.speed, reverse=True)]
 
 
-def _ceil_flag(x: float) -> float:
+def ceil_flag(x: float) -> float:
     """A round limit just above x (two significant figures, rounded up)."""
     if x <= 0:
         return x
@@ -45,7 +45,7 @@ def decide(task: Task, result: TuneResult, tie_margin: float, drift) -> None:
     for r in result.candidates:
         if r.status in ("failed", "skipped") or r.stage == "probe" and r.status == "rejected":
             continue
-        if not task.speed(r):
+        if not task.measured(r):
             r.status, r.reason = "failed", r.reason or "no timed passes completed"
             continue
         if base_speed:
@@ -100,7 +100,7 @@ def _no_winner(task: Task, result: TuneResult) -> None:
     """Nothing met every constraint: say what is achievable and which flags would admit it."""
     result.winner = None
     u = task.unit
-    measured = [r for r in result.candidates if task.speed(r) and r.stage != "probe" and r.status != "failed"
+    measured = [r for r in result.candidates if task.measured(r) and r.stage != "probe" and r.status != "failed"
                 and (result.baseline is None or r.name != result.baseline.name)]
     ach: dict = {}
     lines = ["No candidate met every constraint (" + task.constraints() + ")."]
@@ -113,7 +113,7 @@ def _no_winner(task: Task, result: TuneResult) -> None:
     if acc_ok:
         f = max(acc_ok, key=task.speed)
         fig, limit = task.slo(f)
-        flags = f"--slo-p99-ms {_ceil_flag(fig):g}" if fig is not None and limit is not None and fig > limit else ""
+        flags = task.slo_flags(fig, limit) if fig is not None and limit is not None and fig > limit else ""
         ach["fastest_within_accuracy"] = {"name": f.name, "speed": round(task.speed(f), 2), "unit": u,
                                           "p99_ms": round(fig, 1) if fig is not None else None, "flags": flags}
         lines.append(f"Fastest within the accuracy budget: {f.name} at {task.speed(f):.1f} {u}"

@@ -84,10 +84,30 @@ def make_task(cfg: TuneConfig, console, candidates=None):
             raise InfertuneError(f"--eval-pairs and --eval score embeddings; {ref.name} is a {kind.label} "
                                  "(its accuracy budget is --max-ppl-delta and --min-top1)")
 
+        if lm_engine(cfg, console) == "vllm":
+            from infertune.tasks.causal_lm.served import ServedLMTask
+
+            return ServedLMTask(cfg, console, ref)
         return CausalLMTask(cfg, console, ref)
     from infertune.tasks.embedding.task import EmbeddingTask
 
     return EmbeddingTask(cfg, console, ref, candidates)
+
+
+def lm_engine(cfg: TuneConfig, console) -> str:
+    """vllm or torch for a causal LM: `auto` takes vllm where a vLLM install is found (and says so either way)."""
+    if cfg.lm_engine != "auto":
+        return cfg.lm_engine
+    from infertune.llm.vllm_server import find_vllm
+
+    try:
+        find_vllm(cfg.device)
+    except InfertuneError as e:
+        console.print(f"[yellow]no vLLM here ({str(e).splitlines()[0]}): measuring infertune's own torch decode "
+                      "loops instead, a roofline diagnosis; the artifact is served by vLLM with float weights[/]",
+                      highlight=False)
+        return "torch"
+    return "vllm"
 
 
 def tune(config: TuneConfig | None = None, quiet: bool = False, candidates: list | None = None) -> TuneResult:

@@ -165,7 +165,7 @@ class Run:
         t = time.monotonic()
         self.record(c, status="ok", stage="prepare")
         own = c.option("timeout_s") if hasattr(c, "option") else None  # a candidate's own timeout wins
-        w = Worker(self.task.job(c), float(own) if own else self.timeout("probe", 60.0))
+        w = self.task.worker(c, float(own) if own else self.timeout("probe", 60.0))
         try:
             info = w.ready()
         except WorkerFailed as e:

@@ -70,6 +70,13 @@ class Task:
     def job(self, cand) -> dict[str, Any]:
         raise NotImplementedError
 
+    def worker(self, cand, timeout_s: float):
+        """The handle the loop calls (ready, call, stop, kill): a worker process running `job(cand)`, or the
+        task's own (a served causal LM: an HTTP server it started)."""
+        from infertune.worker import Worker
+
+        return Worker(self.job(cand), timeout_s)
+
     def probe(self, worker, cand, cap_s: float) -> Probe:
         raise NotImplementedError
 
@@ -102,6 +109,11 @@ class Task:
     def speed(self, r: CandidateResult) -> float:
         raise NotImplementedError
 
+    def measured(self, r: CandidateResult) -> bool:
+        """Whether full rounds produced a figure (a served LM that met its SLO at no rate has speed 0 and was
+        measured all the same)."""
+        return bool(self.speed(r))
+
     def slo(self, r: CandidateResult) -> tuple[float | None, float | None]:
         """(the figure checked, the limit); (None, None) when the task has no latency SLO."""
         return None, None
@@ -113,6 +125,12 @@ class Task:
     def simpler_because(self, win: CandidateResult, other: CandidateResult) -> str:
         """Why `win` (lower rank) beat the faster `other` inside the tie margin, in words."""
         return f"the simpler engine ({win.candidate.get('backend')})"
+
+    def slo_flags(self, fig: float, limit: float) -> str:
+        """The flag that would admit a candidate whose SLO figure is `fig`."""
+        from infertune.tuning.decide import ceil_flag
+
+        return f"--slo-p99-ms {ceil_flag(fig):g}"
 
     def describe_winner(self, r: CandidateResult) -> str:
         return f"Winner: {r.name} at {self.speed(r):.1f} {self.unit}."

@@ -67,12 +67,14 @@ def test_scores_feed_verify_accuracy_and_an_empty_set_is_refused():
 
 
 def test_the_server_command_for_both_launchers():
+    from infertune.llm.vllm_server import server_argv
+
     s = served.Served("/m/ckpt", ("--max-num-seqs", "4"))
-    mod = served.server_argv(["py", "-m", "vllm.entrypoints.openai.api_server"], s, dtype="bfloat16",
-                             max_model_len=512, host="127.0.0.1", port=9, served_name="c")
+    mod = server_argv(["py", "-m", "vllm.entrypoints.openai.api_server"], s.checkpoint, s.args, dtype="bfloat16",
+                      max_model_len=512, host="127.0.0.1", port=9, served_name="c")
     assert mod[3:5] == ["--model", "/m/ckpt"] and mod[-2:] == ["--max-num-seqs", "4"]
-    cli = served.server_argv(["vllm", "serve"], s, dtype="bfloat16", max_model_len=512, host="127.0.0.1", port=9,
-                             served_name="c")
+    cli = server_argv(["vllm", "serve"], s.checkpoint, s.args, dtype="bfloat16", max_model_len=512, host="127.0.0.1",
+                      port=9, served_name="c")
     assert cli[2] == "/m/ckpt" and "--model" not in cli
     assert s.id == "ckpt --max-num-seqs 4" and served.Served("/m/x", name="ref").id == "ref"
 
@@ -105,5 +107,7 @@ def test_eval_sets_hold_the_eval_split_only_spread_over_lengths(tmp_path):
 
 
 def test_a_checkpoint_without_config_is_refused_before_any_start(tmp_path):
+    from infertune.llm.vllm_server import launch
+
     with pytest.raises(InfertuneError, match="no config.json"):
-        served.start(served.Served(str(tmp_path)))
+        launch(str(tmp_path))

@@ -1,0 +1,337 @@
+"""The causal-LM family searched as vLLM serves it: each candidate is a checkpoint x engine arguments, started as
+a vLLM server (llm/served_worker), scored through the API against the unquantized checkpoint served with vLLM's
+defaults, and loaded by `infertune bench` at the workload's prompts and output lengths. The pick is the highest
+sustained request rate meeting the TTFT and TPOT P99 SLOs (--slo-ttft-ms, --slo-tpot-ms) within the accuracy
+budget; without an SLO, the most requests/s at the workload's concurrency. The winner is what `infertune serve`
+starts: the same checkpoint and the same arguments.
+
+Stages, all in tuning/'s loop: the reference starts and is verified; every checkpoint is probed (one closed-loop
+bench point) and verified; the settings search starts variants of the best checkpoint (extra_options); the
+survivors get the SLO search (full rounds) and the leaders a confirming point at the rate it found.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from infertune.results import CandidateResult, Latency, TuneResult
+from infertune.tasks.causal_lm.task import CausalLMTask
+from infertune.tuning.task import Option, Probe
+
+QUICK_BUDGET_S, FULL_BUDGET_S = 840.0, 2400.0
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _lat(p: dict | None) -> Latency | None:
+    return None if not p else Latency(p50=p.get("p50"), p99=p.get("p99"), n=p.get("n") or 0)
+
+
+class ServedLMTask(CausalLMTask):
+    kind = "causal-lm"
+    unit = "req/s"
+    baseline_eligible = True  # vLLM's defaults on the unquantized model may well be the answer
+
+    def __init__(self, cfg, console, ref):
+        super().__init__(cfg, console, ref)
+        self.sets = None
+        self.best_ckpt: Any = None
+        self.loads: dict[str, list[dict]] = {}
+
+    # --- setup ---------------------------------------------------------------------------------
+    def load(self, out: Path) -> TuneResult:
+        from infertune.fingerprint import fingerprint
+        from infertune.llm.calibration import write_calibration
+        from infertune.llm.models import lm_spec, load_tokenizer
+        from infertune.llm.served import eval_sets
+        from infertune.llm.vllm_server import find_vllm
+        from infertune.results import WorkloadSummary
+        from infertune.workload import histogram
+
+        cfg, console = self.cfg, self.console
+        self.out = out
+        self.spec = spec = lm_spec(self.ref)
+        self.tok = load_tokenizer(spec)
+        self.vllm = find_vllm(cfg.device)  # InfertuneError with the install command when there is none
+        out.mkdir(parents=True, exist_ok=True)
+        quick = cfg.quick
+        self.sets = eval_sets(self.tok, out / "served", cfg.workload, n_seqs=12 if quick else 24,
+                              n_prompts=16, max_len=256, max_tokens=cfg.lm_max_tokens)
+        self.calibration = write_calibration(out / "calibration", self.tok, cfg.workload)
+        reqs, _ = self.requests
+        lengths = [len(self.tok(r.render(self.tok), add_special_tokens=False)["input_ids"]) for r in reqs]
+        srt = sorted(lengths)
+
+        def pct(q: float) -> float:
+            return float(srt[min(len(srt) - 1, int(q * len(srt)))])
+
+        summary = WorkloadSummary(
+            source=str(cfg.workload or "built-in chat sample"), n_items=len(lengths), n_calibration=self.calibration.n,
+            n_eval=self.sets.n_eval, tokens_mean=sum(srt) / len(srt), tokens_p50=pct(0.5), tokens_p90=pct(0.9),
+            tokens_p99=pct(0.99), tokens_max=srt[-1], over_limit=sum(x > spec.max_length for x in srt),
+            max_length=spec.max_length, histogram=histogram(srt))
+        self.prompt_p90 = int(summary.tokens_p90)
+        env = fingerprint(cfg.threads)
+        console.print(
+            f"[bold]infertune tune[/] {spec.name} ({spec.architecture}, {spec.n_params / 1e6:.0f}M params"
+            f"{', RANDOM weights: speed and memory only' if spec.random_weights else ''}) as vLLM serves it on "
+            f"{cfg.device}: {summary.n_items} requests (prompt p50 {summary.tokens_p50:.0f} / p90 "
+            f"{summary.tokens_p90:.0f} tokens), {self.calibration.n} calibrate the checkpoints, {self.sets.n_eval} "
+            f"judge and load them; {self.slo_text()} -> {out}", highlight=False)
+        return TuneResult(kind="causal-lm", model=spec.name, config=cfg.model_dump(mode="json"), environment=env,
+                          workload=summary, started=env.timestamp, out_dir=str(out), reference="vllm/bf16",
+                          lm={"spec": spec.to_dict(), "engine": "vllm", "vllm": " ".join(self.vllm),
+                              "slo": self.slo_text(), "concurrency": cfg.lm_concurrency,
+                              "eval_seqs": len(self.sets.seqs), "greedy_prompts": len(self.sets.prompts),
+                              "greedy_tokens": self.n_new, "load_file": str(self.sets.load_file),
+                              "calibration": self.calibration.model_dump(),
+                              "kl": f"top-{20} of each server's prompt_logprobs + tail bucket (a lower bound)"})
+
+    @property
+    def n_new(self) -> int:
+        return 16
+
+    def slo_text(self) -> str:
+        c = self.cfg
+        terms = ([f"p99_ttft_ms<={c.slo_ttft_ms:g}"] if c.slo_ttft_ms else []) + (
+            [f"p99_tpot_ms<={c.slo_tpot_ms:g}"] if c.slo_tpot_ms else [])
+        return ",".join(terms) or f"no SLO: requests/s at concurrency {c.lm_concurrency}"
+
+    @property
+    def has_slo(self) -> bool:
+        return bool(self.cfg.slo_ttft_ms or self.cfg.slo_tpot_ms)
+
+    def default_budget_s(self) -> float:
+        return QUICK_BUDGET_S if self.cfg.quick else FULL_BUDGET_S
+
+    def options(self, caps) -> list[Option]:
+        from infertune.tasks.causal_lm.served_candidates import checkpoint_options
+
+        self.caps = caps
+        return checkpoint_options(caps, self.cfg.quick)
+
+    def available(self, cand) -> str | None:
+        from infertune.llm.checkpoint_rules import SCHEMES, evaluate
+
+        if cand.checkpoint == "bf16":
+            return None
+        rule = evaluate(next(s for s in SCHEMES if s.id == cand.checkpoint), self.caps)
+        if rule.status != "candidate":
+            return rule.reason
+        from infertune.errors import InfertuneError
+        from infertune.llm.checkpoint_make import find_llmc
+
+        try:
+            find_llmc()
+        except InfertuneError as e:
+            if not self._cached(cand):
+                return f"no checkpoint made yet and no llm-compressor to make it: {str(e).splitlines()[0]}"
+        return None
+
+    def _cached(self, cand) -> bool:
+        from infertune.llm.checkpoint_cache import checkpoint_key, recipe_for
+        from infertune.llm.checkpoint_rules import SCHEMES
+
+        scheme = next(s for s in SCHEMES if s.id == cand.checkpoint)
+        key = checkpoint_key(self.spec.path, scheme, recipe_for(scheme, self.spec.path),
+                             self.calibration.file if scheme.calibrated else None)
+        return any(p.is_dir() for p in self.cache_dir().glob(f"*-{key}"))
+
+    def cache_dir(self) -> Path:
+        from infertune.llm.models import cache_root
+
+        return cache_root() / "checkpoints"
+
+    def baseline_id(self) -> str:
+        return "vllm/bf16"
+
+    # --- per engine ----------------------------------------------------------------------------
+    def job(self, cand) -> dict[str, Any]:
+        dtype = "bfloat16"
+        if self.cfg.device == "cuda" and self.caps.gpu is not None and self.caps.gpu.half != "bf16":
+            dtype = "float16"
+        logs = self.out / "served"
+        return {"checkpoint": self.spec.path if cand.checkpoint == "bf16" else None,
+                "scheme": None if cand.checkpoint == "bf16" else cand.checkpoint, "args": list(cand.args),
+                "device": self.cfg.device, "dtype": dtype, "max_model_len": min(self.spec.max_length, 2048),
+                "port": free_port(), "log": str(logs / f"{cand.id.replace('/', '_')}.log"),
+                "model_dir": self.spec.path, "calibration": self.calibration.file, "cache_dir": str(self.cache_dir())}
+
+    def worker(self, cand, timeout_s: float):
+        from infertune.llm.served_worker import ServedWorker
+
+        return ServedWorker(self.job(cand), max(timeout_s, 900.0))
+
+    def _point(self, worker, options: dict[str, Any], timeout: float) -> dict[str, Any]:
+        return worker.call("load", timeout=timeout, workload=str(self.sets.load_file), options=options)
+
+    def _durations(self) -> dict[str, float]:
+        return {"duration_s": 8.0, "warmup_s": 3.0} if self.cfg.quick else {"duration_s": 15.0, "warmup_s": 3.0}
+
+    def probe(self, worker, cand, cap_s: float) -> Probe:
+        """One closed-loop bench point at the workload's concurrency: requests/s and the P99s there."""
+        got = self._point(worker, {"concurrency": self.cfg.lm_concurrency, **self._durations()}, 600)
+        self.loads.setdefault(cand.id, []).append({"stage": "probe", **got})
+        ttft, tpot = got.get("ttft_ms") or {}, got.get("tpot_ms") or {}
+        self.console.print(f"    {cand.id}: {got['requests_per_s']:.3f} req/s at c={self.cfg.lm_concurrency}, "
+                           f"TTFT P99 {ttft.get('p99') or 0:.0f} ms, TPOT P99 {tpot.get('p99') or 0:.1f} ms",
+                           highlight=False)
+        return Probe(speed=got["requests_per_s"], p99_ms=ttft.get("p99"),
+                     detail={"ttft_p99_ms": ttft.get("p99"), "tpot_p99_ms": tpot.get("p99"),
+                             "output_tokens_per_s": got.get("output_tokens_per_s")})
+
+    def verify(self, worker, cand):
+        from infertune.llm.served import score
+        from infertune.llm.verify import accuracy, within_budget
+
+        t = time.perf_counter()
+        rows = worker.call("logprobs", timeout=600, seqs=self.sets.seqs)
+        greedy = worker.call("greedy", timeout=600, prompts=self.sets.prompts, n_new=self.n_new)
+        self.greedy[cand.id] = greedy
+        if self.ref_score is None:
+            self.ref_rows, self.ref_score, self.ref_greedy = rows, score(rows), greedy
+            acc = accuracy(self.ref_score, None, greedy, greedy)
+        else:
+            acc = accuracy(self.ref_score, score(self.ref_rows, rows), self.ref_greedy, greedy)
+        ok, why = within_budget(acc, self.cfg.lm_accuracy)
+        self.console.print(f"    {cand.id}: ppl {acc.ppl:.3f} ({acc.ppl_delta_rel * 100:+.2f}%), top-1 "
+                           f"{acc.top1_agreement:.4f}, KL {acc.kl_mean:.2e}, greedy {acc.greedy_agreement:.2f} "
+                           f"(exact {acc.greedy_exact:.2f}; {time.perf_counter() - t:.0f} s)"
+                           f"{'' if ok else '  [yellow]over budget[/]'}", highlight=False)
+        return acc, ok, why
+
+    def extra_options(self, run) -> list[Option]:
+        """The settings search: variants of the checkpoint that probed fastest among those within budget."""
+        from infertune.tasks.causal_lm.served_candidates import settings_options
+
+        ok = [k for k, r in run.results.items() if r.status == "ok" and k in run.probes
+              and r.meets_accuracy is not False]
+        if not ok:
+            return []
+        best = max(ok, key=lambda k: run.probes[k].speed)
+        self.best_ckpt = run.cands[best]
+        self.console.print(f"  settings search on {best} (probed fastest within the accuracy budget)",
+                           highlight=False)
+        return settings_options(run.cands[best], self.caps, self.cfg.lm_concurrency, self.cfg.quick,
+                                self.prompt_p90)
+
+    def measure(self, worker, cand, max_s: float | None = None) -> dict[str, Any]:
+        """With an SLO: the first pass is bench's search for the highest request rate meeting it (started at the
+        probe's closed-loop rate); later passes re-measure that rate once. Without: a closed-loop point."""
+        d = self._durations()
+        if not self.has_slo:
+            got = self._point(worker, {"concurrency": self.cfg.lm_concurrency, **d}, 900)
+        else:
+            found = next((x for x in self.loads.get(cand.id, []) if x.get("stage") == "search"), None)
+            if found is None:
+                start = max(0.01, self.loads.get(cand.id, [{}])[0].get("requests_per_s") or 0.1)
+                got = self._point(worker, {"slo": self.slo_text(), "slo_start": start, **d}, 1800)
+                got["stage"] = "search"
+            else:
+                rate = found.get("max_load_rps")
+                if not rate:
+                    return {**found, "stage": "confirm-skipped"}
+                got = self._point(worker, {"rate": rate, "slo_bounds": self.slo_text(), **d}, 900)
+                got["stage"] = "confirm"
+        self.loads.setdefault(cand.id, []).append(got)
+        return got
+
+    def pass_s(self, run, cand) -> float:
+        d = self._durations()
+        one = d["duration_s"] + d["warmup_s"] + 5
+        searched = any(x.get("stage") == "search" for x in self.loads.get(cand.id, []))
+        return one * (1 if searched or not self.has_slo else 7)
+
+    def summarize(self, run, cand, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        r = run.results[cand.id]
+        served = {"checkpoint": r.executed.get("checkpoint"), "args": list(cand.args),
+                  "load_s": r.executed.get("load_s"), "loads": self.loads.get(cand.id, [])}
+        probe = next((x for x in self.loads.get(cand.id, []) if x.get("stage") == "probe"), {})
+        out: dict[str, Any] = {"requests_per_s": probe.get("requests_per_s"), "served": served}
+        if not self.has_slo:
+            last = samples[-1]
+            rps = sorted(s["requests_per_s"] for s in samples)
+            out |= {"requests_per_s": rps[len(rps) // 2], "ttft_ms": _lat(last.get("ttft_ms")),
+                    "tpot_ms": _lat(last.get("tpot_ms")), "goodput_rps": None}
+            return out
+        search = next((s for s in samples if s.get("stage") == "search"), samples[0])
+        at = search.get("at_max") or {}
+        confirms = [s for s in samples if s.get("stage") == "confirm"]
+        held = [bool(c.get("slo_pass")) for c in confirms]
+        goodput = search.get("max_load_rps") if search.get("met") else 0.0
+        served |= {"slo_bracket": search.get("bracket"), "confirm_held": held}
+        out |= {"goodput_rps": goodput, "ttft_ms": _lat(at.get("ttft_ms")), "tpot_ms": _lat(at.get("tpot_ms"))}
+        if not search.get("met"):
+            low = search.get("lowest") or {}
+            out |= {"ttft_ms": _lat(low.get("ttft_ms")), "tpot_ms": _lat(low.get("tpot_ms"))}
+        return out
+
+    # --- decision ------------------------------------------------------------------------------
+    def speed(self, r: CandidateResult) -> float:
+        return (r.goodput_rps or 0.0) if self.has_slo else (r.requests_per_s or 0.0)
+
+    def measured(self, r: CandidateResult) -> bool:
+        return (r.goodput_rps is not None if self.has_slo else bool(r.requests_per_s)) and r.stage != "probe"
+
+    def slo(self, r: CandidateResult) -> tuple[float | None, float | None]:
+        """The binding term at the measured point: (its P99 in ms, its limit). A candidate whose SLO search met
+        some rate is within both limits there; one that met none shows the term it failed at its lowest rate."""
+        if not self.has_slo:
+            return None, None
+        terms = [(r.ttft_ms.p99 if r.ttft_ms else None, self.cfg.slo_ttft_ms),
+                 (r.tpot_ms.p99 if r.tpot_ms else None, self.cfg.slo_tpot_ms)]
+        terms = [(f, lim) for f, lim in terms if lim]
+        if r.goodput_rps:
+            return max(terms, key=lambda t: (t[0] or 0.0) / t[1]) if terms else (None, None)
+        bad = [(f, lim) for f, lim in terms if f is not None]
+        if not bad:
+            return float("inf"), terms[0][1]
+        f, lim = max(bad, key=lambda t: t[0] / t[1])
+        return (f if f > lim else lim * 1.0001), lim  # no rate met it: over the limit even if P99 alone was not
+
+    def slo_flags(self, fig: float, limit: float) -> str:
+        from infertune.tuning.decide import ceil_flag
+
+        name = "--slo-ttft-ms" if limit == self.cfg.slo_ttft_ms else "--slo-tpot-ms"
+        return f"{name} {ceil_flag(fig):g}" if fig != float("inf") else f"{name} (none measured)"
+
+    def rank(self, r: CandidateResult) -> int:
+        c = r.candidate
+        return (0 if c.get("checkpoint") == "bf16" else 1) + (1 if c.get("args") else 0)
+
+    def simpler_because(self, win: CandidateResult, other: CandidateResult) -> str:
+        return f"the simpler configuration ({win.name}: fewer changes from vLLM's defaults on the original weights)"
+
+    def describe_winner(self, win: CandidateResult) -> str:
+        a = win.accuracy
+        t, p = win.ttft_ms, win.tpot_ms
+        lat = (f"TTFT P99 {t.p99:.0f} ms, TPOT P99 {p.p99:.1f} ms" if t and p and t.p99 and p.p99 else "")
+        rate = (f"{win.goodput_rps:.3f} req/s sustained within {self.slo_text()}" if self.has_slo else
+                f"{win.requests_per_s:.3f} req/s at concurrency {self.cfg.lm_concurrency}")
+        args = " ".join(win.candidate.get("args") or ()) or "vLLM's defaults"
+        return (f"Winner: {win.name} ({args}) at {rate} ({lat}); perplexity {a.ppl_delta_rel * 100:+.2f}%, top-1 "
+                f"agreement {a.top1_agreement:.4f}, KL {a.kl_mean:.2e} nats/token, greedy agreement "
+                f"{a.greedy_agreement:.2f}.")
+
+    # --- outputs -------------------------------------------------------------------------------
+    def save_artifact(self, run, result: TuneResult, out: Path) -> None:
+        from infertune.tasks.causal_lm.served_artifact import save_served_artifact
+
+        save_served_artifact(run, result, out, self)
+
+    def write_report(self, result: TuneResult, path: Path) -> None:
+        from infertune.tasks.causal_lm.served_report import write_served_report
+
+        write_served_report(result, path)
+
+
+__all__ = ["ServedLMTask"]
