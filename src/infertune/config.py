@@ -154,6 +154,9 @@ class TuneConfig(BaseModel):
         "causal LMs (vllm): requests in flight for the closed-loop points (the probe, and the pick without an SLO)"))
     lm_max_tokens: int | None = Field(None, gt=0, description=(
         "causal LMs (vllm): cap on each request's output tokens in the load (default: the workload's max_tokens)"))
+    lm_vllm_args: tuple[str, ...] = Field((), description=(
+        "causal LMs (vllm): arguments every server gets, the reference too (e.g. --enforce-eager, "
+        "--gpu-memory-utilization 0.8); the artifact records them with the winner's own"))
     lm_time_budget_s: Seconds = Field(540, gt=0, description="causal LMs: the default time budget when "
                                     "time_budget_s is not set")
     time_budget_s: Seconds | None = Field(None, gt=0, description=(

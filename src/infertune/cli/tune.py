@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -61,6 +62,7 @@ def tune_cmd(
     lm_engine: Annotated[str, typer.Option(help="causal LMs: vllm (checkpoints x vLLM arguments, measured as served; the winner is what `serve` runs), torch (our batch-1 decode loops: a roofline diagnosis), auto (vllm where installed)")] = _default("lm_engine"),
     lm_concurrency: Annotated[int, typer.Option(help="causal LMs (vllm): requests in flight for closed-loop points (the probe; the pick without an SLO)")] = _default("lm_concurrency"),
     lm_max_tokens: Annotated[int | None, typer.Option(help="causal LMs (vllm): cap on each request's output tokens (default: the workload's max_tokens)")] = None,
+    vllm_args: Annotated[str | None, typer.Option(help="causal LMs (vllm): arguments every vLLM server gets, the reference too, e.g. '--enforce-eager' (no compile at start) or '--gpu-memory-utilization 0.8'")] = None,
     lm_batches: Annotated[str, typer.Option(help="causal LMs: decode batch sizes for TPOT, comma-separated")] = "1,8,32",
     lm_time_budget: Annotated[float, Duration("causal LMs: the default --time-budget (halved with --quick)")] = 540,
     time_budget: Annotated[float | None, Duration("wall-clock budget of the whole run, honoured within ~10%: every stage scales to it and candidates that cannot start in time are skipped with that reason. Default: 5m (2.5m with --quick) for embeddings on CPU, 3m on GPU, --lm-time-budget for causal LMs")] = None,
@@ -100,7 +102,7 @@ def tune_cmd(
         peers=[p.strip() for p in (peers or "").split(",") if p.strip()],
         lm_accuracy=LMAccuracyBudget(max_ppl_delta_rel=max_ppl_delta, min_top1_agreement=min_top1),
         slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, lm_engine=lm_engine, lm_concurrency=lm_concurrency,
-        lm_max_tokens=lm_max_tokens, lm_batches=_batches(lm_batches), lm_time_budget_s=lm_time_budget, time_budget_s=time_budget,
+        lm_max_tokens=lm_max_tokens, lm_vllm_args=tuple(shlex.split(vllm_args or "")), lm_batches=_batches(lm_batches), lm_time_budget_s=lm_time_budget, time_budget_s=time_budget,
         drop_below=drop_below, keep_exports=keep_exports,
     )
     result = tune(cfg)

@@ -28,7 +28,9 @@ def resolve_workload(cfg: DeployConfig) -> Workload:
         return _serve_workload(cfg, src.resolve(), manifest)
     if manifest is not None:  # a causal-LM artifact: vLLM serves artifact/model
         model_dir = str((src / "model").resolve())
-        return _vllm_workload(cfg, model_dir, manifest.get("model") or src.name, model_dir)
+        tuned = (manifest.get("vllm") or {}).get("args") or []
+        return _vllm_workload(cfg, model_dir, manifest.get("model") or src.name, model_dir, tuned,
+                              str(manifest.get("device", "cpu")))
     from infertune.models.kind import model_kind
     from infertune.models.resolve import resolve_model
     from infertune.plan.arch import arch_from_config, load_config
@@ -91,7 +93,8 @@ def _size_and_place(cfg: DeployConfig, model_dir: Path, manifest: dict, device: 
     return sizing, cpu_placement(feats)
 
 
-def _vllm_workload(cfg: DeployConfig, model_dir: str, model_name: str, config_source: str) -> Workload:
+def _vllm_workload(cfg: DeployConfig, model_dir: str, model_name: str, config_source: str,
+                   tuned: list[str] | None = None, tuned_on: str = "cpu") -> Workload:
     from infertune.plan.planner import PlanConfig, plan
 
     if cfg.device == "cpu":
@@ -118,6 +121,9 @@ def _vllm_workload(cfg: DeployConfig, model_dir: str, model_name: str, config_so
     else:
         notes += quant_alternatives(r)
     args = [mount, "--served-model-name", model_name, "--host", "0.0.0.0", "--port", str(cfg.port), *flags]
+    if tuned:  # the engine arguments tune measured; after plan's flags, so they win where both name one
+        args += list(tuned)
+        notes.append(f"vLLM arguments tune measured on {tuned_on}: {shlex.join(tuned)}")
     if cfg.nodes > 1:
         args += ["--distributed-executor-backend", "ray"]
     notes += [f"plan: {r.gpu['name']}, {r.dtype} weights, TP={per_node}, PP={cfg.nodes}, max-model-len {r.context}, "

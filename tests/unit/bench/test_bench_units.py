@@ -108,6 +108,19 @@ def test_slo_keepup_fails_a_point_whose_queue_grew_even_with_good_latency():
     assert slo.check(closed)[0]
 
 
+def test_slo_keepup_needs_a_shortfall_of_two_requests_not_a_window_edge():
+    from infertune.bench.results import ClientCheck
+
+    slo = parse_slo("p99_e2e_ms<=1000", 0.01, streaming=False, keepup=0.95)
+    # an LLM at 0.29 req/s over 8 s: 3 sent, 2 completed inside the window (the third finished after it)
+    edge = Point(offered=Offered(rate=0.29), n=3, ok=3, achieved_rps=0.25, window_s=8.0,
+                 latency_ms=Percentiles(p99=900), client=ClientCheck(sent_rps=0.375))
+    assert slo.check(edge)[0]
+    queue = edge.model_copy(update={"window_s": 40.0, "n": 15})  # the same rates over 40 s: 5 requests short
+    ok, notes = slo.check(queue)
+    assert not ok and any("fell behind" in n for n in notes)
+
+
 def _fake_run(capacity: float, calls: list):
     def run(load):
         calls.append(load)

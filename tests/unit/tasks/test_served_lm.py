@@ -3,13 +3,18 @@ arguments), how a candidate is named, and how the pick reads goodput, the two P9
 servers run in tests/integration/llm/test_tune_served.py."""
 
 import json
+
 import pytest
 
 from infertune.config import TuneConfig
 from infertune.hardware.capabilities import CPU, GPU, Capabilities
 from infertune.results import Accuracy, CandidateResult, Latency, TuneResult
-from infertune.tasks.causal_lm.served_candidates import (ServedCandidate, checkpoint_options, settings_names,
-                                                          settings_options)
+from infertune.tasks.causal_lm.served_candidates import (
+    ServedCandidate,
+    checkpoint_options,
+    settings_names,
+    settings_options,
+)
 
 AVX2 = Capabilities(device="cpu", cpu=CPU(flags=frozenset({"avx2", "fma"}), flags_source="test"))
 AVX512 = Capabilities(device="cpu", cpu=CPU(flags=frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512vl",
@@ -112,13 +117,15 @@ def test_the_pick_is_the_highest_goodput_and_vllm_defaults_win_ties():
 def test_the_report_says_when_a_quantized_checkpoint_loses_with_both_figures(tmp_path):
     from infertune.tasks.causal_lm.served_report import quantized_verdicts, write_served_report
 
-    ref = _r("vllm/bf16", goodput=0.30, ttft99=500, tpot99=40)
-    q = _r("vllm/int8-w8a8", goodput=0.12, ttft99=900, tpot99=48, ckpt="int8-w8a8", ppl=0.04)
+    ref = _r("vllm/bf16", goodput=0.30, ttft99=500, tpot99=40).model_copy(update={"probe": {"speed": 1.5}})
+    q = _r("vllm/int8-w8a8", goodput=0.12, ttft99=900, tpot99=48, ckpt="int8-w8a8", ppl=0.04).model_copy(
+        update={"probe": {"speed": 0.9}, "meets_accuracy": False})
     res = TuneResult(kind="causal-lm", model="m", config={"slo_ttft_ms": 1000}, environment={}, workload=None,
                      started="", out_dir="", candidates=[ref, q], baseline=ref, reference="vllm/bf16",
-                     lm={"engine": "vllm"})
+                     lm={"engine": "vllm", "concurrency": 4})
     (line,) = quantized_verdicts(res)
-    assert "LOSES" in line and "0.120 against 0.300" in line and "+4.00%" in line
+    assert "LOSES on speed and on accuracy" in line and "0.900 against 1.500 req/s at concurrency 4" in line
+    assert "goodput 0.120 against 0.300" in line and "+4.00%" in line
     html = write_served_report(res, tmp_path / "r.html").read_text()
     assert "LOSES" in html and "vllm/int8-w8a8" in html
 

@@ -161,7 +161,8 @@ class ServedLMTask(CausalLMTask):
             dtype = "float16"
         logs = self.out / "served"
         return {"checkpoint": self.spec.path if cand.checkpoint == "bf16" else None,
-                "scheme": None if cand.checkpoint == "bf16" else cand.checkpoint, "args": list(cand.args),
+                "scheme": None if cand.checkpoint == "bf16" else cand.checkpoint,
+                "args": [*self.cfg.lm_vllm_args, *cand.args],
                 "device": self.cfg.device, "dtype": dtype, "max_model_len": min(self.spec.max_length, 2048),
                 "port": free_port(), "log": str(logs / f"{cand.id.replace('/', '_')}.log"),
                 "model_dir": self.spec.path, "calibration": self.calibration.file, "cache_dir": str(self.cache_dir())}
@@ -175,7 +176,9 @@ class ServedLMTask(CausalLMTask):
         return worker.call("load", timeout=timeout, workload=str(self.sets.load_file), options=options)
 
     def _durations(self) -> dict[str, float]:
-        return {"duration_s": 8.0, "warmup_s": 3.0} if self.cfg.quick else {"duration_s": 15.0, "warmup_s": 3.0}
+        # an LLM request lasts seconds: the warm-up covers one (its completions land in the window), and the window
+        # holds enough of them for P99s and the keep-up check to mean something
+        return {"duration_s": 10.0, "warmup_s": 5.0} if self.cfg.quick else {"duration_s": 20.0, "warmup_s": 5.0}
 
     def probe(self, worker, cand, cap_s: float) -> Probe:
         """One closed-loop bench point at the workload's concurrency: requests/s and the P99s there."""
@@ -221,8 +224,12 @@ class ServedLMTask(CausalLMTask):
         self.best_ckpt = run.cands[best]
         self.console.print(f"  settings search on {best} (probed fastest within the accuracy budget)",
                            highlight=False)
-        return settings_options(run.cands[best], self.caps, self.cfg.lm_concurrency, self.cfg.quick,
+        opts = settings_options(run.cands[best], self.caps, self.cfg.lm_concurrency, self.cfg.quick,
                                 self.prompt_p90)
+        for o in opts:
+            if not self.matches(o.candidate, self.cfg.candidates):
+                run.log["not_tried"].append({"candidate": o.candidate.id, "why": "not selected by --candidates"})
+        return [o for o in opts if self.matches(o.candidate, self.cfg.candidates)]
 
     def measure(self, worker, cand, max_s: float | None = None) -> dict[str, Any]:
         """With an SLO: the first pass is bench's search for the highest request rate meeting it (started at the
@@ -243,7 +250,23 @@ class ServedLMTask(CausalLMTask):
                 got = self._point(worker, {"rate": rate, "slo_bounds": self.slo_text(), **d}, 900)
                 got["stage"] = "confirm"
         self.loads.setdefault(cand.id, []).append(got)
+        self._say(cand, got)
         return got
+
+    def _say(self, cand, got: dict[str, Any]) -> None:
+        stage = got.get("stage") or "point"
+        if stage == "search":
+            pt = got.get("at_max") or got.get("lowest") or {}
+            head = (f"{got['max_load_rps']:.3f} req/s meets {self.slo_text()}" if got.get("met") else
+                    f"no rate met {self.slo_text()}")
+        else:
+            pt, head = got, f"{got.get('requests_per_s') or 0:.3f} req/s"
+            if stage == "confirm":
+                head = f"confirm at {got.get('rate')} req/s: {'held' if got.get('slo_pass') else 'did not hold'}, " + head
+        t, p = pt.get("ttft_ms") or {}, pt.get("tpot_ms") or {}
+        self.console.print(f"    {cand.id}: {head} (TTFT P99 {t.get('p99') or 0:.0f} ms, TPOT P99 "
+                           f"{p.get('p99') or 0:.1f} ms; {got.get('points', 1)} bench points, {got.get('wall_s')} s)",
+                           highlight=False)
 
     def pass_s(self, run, cand) -> float:
         d = self._durations()

@@ -42,7 +42,8 @@ def save_served_artifact(run, result, out: Path, task) -> None:
     if art.exists():
         shutil.rmtree(art)
     shutil.copytree(ex["checkpoint"], model, copy_function=_link_or_copy)
-    job_dtype = task.job(c)["dtype"]
+    job = task.job(c)
+    job_dtype, args = job["dtype"], job["args"]  # the arguments every server got, then the winner's own
     max_len = min(task.spec.max_length, 2048)
     env = {k: v for k, v in (ex.get("env") or {}).items()}
     greedy = [{"prompt": task.tok.decode(p), "prompt_ids": list(p), "prompt_tokens": len(p), "tokens": toks,
@@ -63,14 +64,14 @@ def save_served_artifact(run, result, out: Path, task) -> None:
                  "accuracy": win.accuracy.model_dump(exclude_none=True),
                  "speedup_vs_baseline": win.speedup_vs_baseline, "baseline": result.reference},
         "greedy": {"from": c.id, "ignore_eos": True, "samples": greedy},
-        "vllm": {"model_dir": "model", "dtype": job_dtype, "max_model_len": max_len, "args": list(c.args),
-                 "env": env, "commands": commands(art / "model", job_dtype, max_len, list(c.args), env)},
+        "vllm": {"model_dir": "model", "dtype": job_dtype, "max_model_len": max_len, "args": args,
+                 "env": env, "commands": commands(art / "model", job_dtype, max_len, args, env)},
         "load": {"serve": f"infertune serve {art}"},
     }
     (art / MANIFEST).write_text(json.dumps(manifest, indent=2))
     result.artifact = str(art)
     task.console.print(f"artifact: {art} ({c.id}; `infertune serve {art}` starts vLLM with "
-                       f"{shlex.join(c.args) or 'its defaults'} and checks {len(greedy)} greedy continuations)",
+                       f"{shlex.join(args) or 'its defaults'} and checks {len(greedy)} greedy continuations)",
                        highlight=False)
 
 

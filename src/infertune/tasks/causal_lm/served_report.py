@@ -43,16 +43,13 @@ def rows(result: TuneResult) -> list[list[str]]:
 
 
 def quantized_verdicts(result: TuneResult) -> list[str]:
-    """For each quantized checkpoint with default arguments: what it did against the unquantized one, in figures."""
+    """For each quantized checkpoint with default arguments, against the unquantized one in the same run: the probe
+    (closed-loop requests/s at the workload's concurrency, measured alike for every candidate), the goodput at the
+    SLO where both got that far, and the accuracy, in figures."""
     ref = next((r for r in result.candidates if r.name == result.reference), None)
     if ref is None:
         return []
-    slo = bool(result.config.get("slo_ttft_ms") or result.config.get("slo_tpot_ms"))
-    unit = "req/s goodput" if slo else "req/s"
-
-    def speed(r):
-        return (r.goodput_rps if slo else r.requests_per_s) or (r.probe or {}).get("speed")
-
+    c = result.lm.get("concurrency")
     out = []
     for r in result.candidates:
         if r.candidate.get("checkpoint") in (None, "bf16") or r.candidate.get("args"):
@@ -60,16 +57,22 @@ def quantized_verdicts(result: TuneResult) -> list[str]:
         if r.status in ("skipped", "failed"):
             out.append(f"{r.name}: {r.status}: {r.reason}")
             continue
-        s, sr = speed(r), speed(ref)
         a = r.accuracy
-        acc = (f"perplexity {a.ppl_delta_rel * 100:+.2f}%, top-1 {a.top1_agreement:.4f}, greedy "
+        acc = (f"perplexity {a.ppl_delta_rel * 100:+.2f}%, top-1 {a.top1_agreement:.4f}, KL {a.kl_mean:.3f}, greedy "
                f"{a.greedy_agreement:.2f}" if a.ppl_delta_rel is not None else "accuracy not measured")
-        if s is None or sr is None:
-            out.append(f"{r.name}: {acc}; speed not measured ({r.reason or r.status})")
-            continue
-        verdict = "faster than" if s > sr else "LOSES to"
-        out.append(f"{r.name} {verdict} the unquantized checkpoint on this host: {s:.3f} against {sr:.3f} {unit} "
-                   f"({s / sr:.2f}x, same run); {acc}" + (f"; {r.reason}" if r.status == "rejected" else ""))
+        s, sr = (r.probe or {}).get("speed"), (ref.probe or {}).get("speed")
+        parts = []
+        if s and sr:
+            parts.append(f"{s:.3f} against {sr:.3f} req/s at concurrency {c} ({s / sr:.2f}x)")
+        if r.goodput_rps is not None and ref.goodput_rps is not None:
+            parts.append(f"goodput {r.goodput_rps:.3f} against {ref.goodput_rps:.3f} req/s at the SLO")
+        faster = bool(s and sr and s > sr)
+        within = r.meets_accuracy is not False
+        verdict = ("wins on speed and holds the accuracy budget" if faster and within else
+                   "is faster but over the accuracy budget" if faster else
+                   "LOSES on speed" + ("" if within else " and on accuracy"))
+        out.append(f"{r.name} {verdict} against the unquantized checkpoint on this host (same run): "
+                   + "; ".join(parts + [acc]) + (f" ({r.reason})" if r.status == "rejected" and r.reason else ""))
     return out
 
 
