@@ -39,6 +39,15 @@ class Served:
         return self.name or " ".join([Path(self.checkpoint).name, *self.args])
 
 
+def fresh_salt() -> str:
+    """A `cache_salt` no earlier request used: the prompt is computed afresh, not read from KV blocks another
+    request left in vLLM's prefix cache (computed in another batch shape, they need not round alike), so a server
+    fresh from start and one that has served a load give the same tokens."""
+    import uuid
+
+    return f"infertune-{uuid.uuid4().hex}"
+
+
 def _post(url: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     import httpx
 
@@ -53,7 +62,8 @@ def position_logprobs(url: str, model: str, seqs: list[list[int]], k: int = TOP_
     """For each sequence, each position after the first: (the token there, its logprob, the top-k logprobs)."""
     out = []
     for ids in seqs:
-        body = {"model": model, "prompt": ids, "max_tokens": 1, "temperature": 0, "prompt_logprobs": k}
+        body = {"model": model, "prompt": ids, "max_tokens": 1, "temperature": 0, "prompt_logprobs": k,
+                "cache_salt": fresh_salt()}
         got = _post(url, body, timeout_s)["choices"][0].get("prompt_logprobs")
         if not got or len(got) != len(ids):
             raise InfertuneError(f"{url} gave no prompt logprobs for a {len(ids)}-token prompt "
@@ -105,7 +115,7 @@ def greedy(url: str, model: str, prompts: list[list[int]], n_new: int, timeout_s
     out = []
     for ids in prompts:
         body = {"model": model, "prompt": ids, "max_tokens": n_new, "temperature": 0, "ignore_eos": True,
-                "return_token_ids": True}
+                "return_token_ids": True, "cache_salt": fresh_salt()}
         ch = _post(url, body, timeout_s)["choices"][0]
         if ch.get("token_ids") is None:
             raise InfertuneError(f"{url} did not return token ids (return_token_ids); greedy agreement needs them")

@@ -270,6 +270,7 @@ def check_greedy(url: str, artifact: str | Path, timeout_s: float = 300) -> dict
     from transformers import AutoTokenizer
 
     from infertune.artifact import read_manifest
+    from infertune.llm.served import fresh_salt
     from infertune.llm.verify import prefix_match
 
     root = Path(artifact)
@@ -279,8 +280,8 @@ def check_greedy(url: str, artifact: str | Path, timeout_s: float = 300) -> dict
     fracs, details = [], []
     for s in m["greedy"]["samples"]:
         # token ids, not text: decoding and re-tokenizing a prompt need not give back the same ids
-        body = {"model": model, "prompt": s.get("prompt_ids") or s["prompt"], "max_tokens": len(s["tokens"]), "temperature": 0,
-                "ignore_eos": True, "return_token_ids": True}
+        body = {"model": model, "prompt": s.get("prompt_ids") or s["prompt"], "max_tokens": len(s["tokens"]),
+                "temperature": 0, "ignore_eos": True, "return_token_ids": True, "cache_salt": fresh_salt()}
         ch = httpx.post(f"{url}/v1/completions", json=body, timeout=timeout_s).json()["choices"][0]
         got = ch.get("token_ids") or tok(ch["text"], add_special_tokens=False)["input_ids"]
         n = prefix_match(s["tokens"], got)
