@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from infertune.errors import InfertuneError
+from infertune.llm.vllm_server import fresh_salt
 
 TOP_K = 20  # vLLM's default --max-logprobs: more would need a server argument the candidate was not measured with
 
@@ -37,15 +38,6 @@ class Served:
     @property
     def id(self) -> str:
         return self.name or " ".join([Path(self.checkpoint).name, *self.args])
-
-
-def fresh_salt() -> str:
-    """A `cache_salt` no earlier request used: the prompt is computed afresh, not read from KV blocks another
-    request left in vLLM's prefix cache (computed in another batch shape, they need not round alike), so a server
-    fresh from start and one that has served a load give the same tokens."""
-    import uuid
-
-    return f"infertune-{uuid.uuid4().hex}"
 
 
 def _post(url: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:

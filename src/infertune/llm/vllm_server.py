@@ -263,6 +263,15 @@ def report_greedy(g: dict[str, Any]) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def fresh_salt() -> str:
+    """A `cache_salt` no earlier request used: the prompt is computed afresh, not read from KV blocks another
+    request left in vLLM's prefix cache (computed in another batch shape, they need not round alike), so a server
+    fresh from start and one that has served a load give the same tokens."""
+    import uuid
+
+    return f"infertune-{uuid.uuid4().hex}"
+
+
 def check_greedy(url: str, artifact: str | Path, timeout_s: float = 300) -> dict[str, Any]:
     """Ask the server for the manifest's greedy continuations (temperature 0, EOS ignored) and compare
     token by token with what the tuned artifact produced. Returns per-sample prefix agreement."""
@@ -270,7 +279,6 @@ def check_greedy(url: str, artifact: str | Path, timeout_s: float = 300) -> dict
     from transformers import AutoTokenizer
 
     from infertune.artifact import read_manifest
-    from infertune.llm.served import fresh_salt
     from infertune.llm.verify import prefix_match
 
     root = Path(artifact)

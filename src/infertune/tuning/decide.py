@@ -4,8 +4,6 @@ eligible, what is achievable and the exact flags that would make it eligible."""
 
 from __future__ import annotations
 
-import math
-
 from infertune.results import CandidateResult, TuneResult
 from infertune.tuning.task import Task
 
@@ -26,14 +24,6 @@ def pareto_front(task: Task, results: list[CandidateResult], drift) -> list[str]
         task.speed(o) >= task.speed(r) and drift(o) <= drift(r)
         and (task.speed(o) > task.speed(r) or drift(o) < drift(r)) for o in pts if o is not r)]
     return [r.name for r in sorted(front, key=task.speed, reverse=True)]
-
-
-def ceil_flag(x: float) -> float:
-    """A round limit just above x (two significant figures, rounded up)."""
-    if x <= 0:
-        return x
-    mag = 10 ** (math.floor(math.log10(x)) - 1)
-    return math.ceil(x * 1.05 / mag) * mag
 
 
 def decide(task: Task, result: TuneResult, tie_margin: float, drift) -> None:

@@ -4,6 +4,7 @@ means for it."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,8 +129,6 @@ class Task:
 
     def slo_flags(self, fig: float, limit: float) -> str:
         """The flag that would admit a candidate whose SLO figure is `fig`."""
-        from infertune.tuning.decide import ceil_flag
-
         return f"--slo-p99-ms {ceil_flag(fig):g}"
 
     def describe_winner(self, r: CandidateResult) -> str:
@@ -148,3 +147,11 @@ class Task:
 
     def write_report(self, result: TuneResult, path: Path) -> None:
         pass
+
+
+def ceil_flag(x: float) -> float:
+    """A round limit just above x (two significant figures, rounded up)."""
+    if x <= 0:
+        return x
+    mag = 10 ** (math.floor(math.log10(x)) - 1)
+    return math.ceil(x * 1.05 / mag) * mag

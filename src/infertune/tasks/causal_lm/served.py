@@ -322,7 +322,7 @@ class ServedLMTask(CausalLMTask):
         return (f if f > lim else lim * 1.0001), lim  # no rate met it: over the limit even if P99 alone was not
 
     def slo_flags(self, fig: float, limit: float) -> str:
-        from infertune.tuning.decide import ceil_flag
+        from infertune.tuning.task import ceil_flag
 
         name = "--slo-ttft-ms" if limit == self.cfg.slo_ttft_ms else "--slo-tpot-ms"
         return f"{name} {ceil_flag(fig):g}" if fig != float("inf") else f"{name} (none measured)"
