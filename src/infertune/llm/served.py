@@ -120,14 +120,15 @@ def _pct(x) -> dict[str, Any] | None:
 
 
 def _point_dict(p) -> dict[str, Any]:
-    return {"load": p.label, "requests_per_s": p.achieved_rps, "ok": p.ok, "n": p.n, "ttft_ms": _pct(p.ttft_ms),
+    return {"load": p.label, "requests_per_s": p.achieved_rps, "ok": p.ok, "n": p.n, "e2e_ms": _pct(p.latency_ms),
+            "ttft_ms": _pct(p.ttft_ms),
             "tpot_ms": _pct(p.tpot_ms), "output_tokens_per_s": p.output_tokens_per_s, "goodput_rps": p.goodput_rps,
             "valid": p.valid, "invalid_reason": p.invalid_reason, "errors": p.errors.total}
 
 
 def load(url: str, workload: Path, *, concurrency: int = 1, slo: str | None = None, slo_start: float | None = None,
-         rate: float | None = None, slo_bounds: str | None = None, duration_s: float = 15.0, warmup_s: float = 3.0,
-         model: str | None = None, log=None) -> dict[str, Any]:
+         slo_tolerance: float = 0.1, rate: float | None = None, slo_bounds: str | None = None,
+         duration_s: float = 15.0, warmup_s: float = 3.0, model: str | None = None, log=None) -> dict[str, Any]:
     """What `infertune bench` measures on the server (completions, streamed, the workload's prompts and
     max_tokens). One of:
     - `slo` such as 'p99_ttft_ms<=800,p99_tpot_ms<=120': bench's search for the highest request rate that meets
@@ -141,7 +142,7 @@ def load(url: str, workload: Path, *, concurrency: int = 1, slo: str | None = No
     from infertune.bench.slo import parse_slo
 
     if slo:
-        kw: dict[str, Any] = {"slo": slo, "slo_over": "rate", "slo_repeats": 1, "slo_tolerance": 0.1,
+        kw: dict[str, Any] = {"slo": slo, "slo_over": "rate", "slo_repeats": 1, "slo_tolerance": slo_tolerance,
                               "slo_step": 1.5, "slo_start": slo_start}
     elif rate:
         kw = {"rates": [rate]}

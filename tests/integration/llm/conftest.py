@@ -32,6 +32,7 @@ def smollm2_artifact(tmp_path_factory):
     # so it must get past its probe whatever the box's load does to one short probe (a loaded CI box once
     # probed it at 2.4 tokens/s = 0.12x the reference, and successive halving dropped it). Dropping itself
     # is tested in tests/unit/test_tune_isolation.py.
-    cfg = TuneConfig(model="smollm2", quick=True, out=out, candidates=["static/fp32$", "vllm"], lm_batches=(1, 4), rounds=1,
+    cfg = TuneConfig(model="smollm2", quick=True, out=out, lm_engine="torch", candidates=["static/fp32$", "vllm"],
+                     lm_batches=(1, 4), rounds=1,
                      confirm_rounds=1, drop_below=0)
     return tune(cfg, quiet=True), out

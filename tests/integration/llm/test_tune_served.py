@@ -37,7 +37,7 @@ def served_tune(tmp_path_factory):
     out = tmp_path_factory.mktemp("served") / "run"
     # no SLO: the pick is requests/s at the workload's concurrency, one closed-loop point a round (the SLO search
     # and the pick by goodput are unit-tested; a search here would cost minutes of points on a 2-core box)
-    cfg = TuneConfig(model="smollm2", quick=True, out=out, lm_engine="vllm", candidates=["max-num-seqs"],
+    cfg = TuneConfig(model="smollm2", quick=True, out=out, lm_engine="vllm", candidates=["max-num-batched-tokens"],
                      lm_max_tokens=16, lm_vllm_args=("--enforce-eager",), time_budget_s=900, drop_below=0,
                      confirm_rounds=1)
     return tune(cfg, quiet=True), out
@@ -51,8 +51,8 @@ def test_tune_records_every_served_candidate_and_picks_the_fastest(served_tune):
     assert ref["status"] == "ok" and ref["accuracy"]["top1_agreement"] == 1.0 and ref["requests_per_s"] > 0
     assert ref["served"]["checkpoint"] and ref["executed"]["args"] == ["--enforce-eager"]
     # the settings search ran on the best checkpoint, as its own server
-    setting = next(c for n, c in by.items() if "max-num-seqs" in n)
-    assert setting["executed"]["args"][-2] == "--max-num-seqs" and setting["executed"]["load_s"] > 0
+    setting = next(c for n, c in by.items() if "max-num-batched-tokens" in n)
+    assert setting["executed"]["args"][-2] == "--max-num-batched-tokens" and setting["executed"]["load_s"] > 0
     assert setting["accuracy"]["greedy_agreement"] is not None
     # quantized checkpoints: measured, or skipped/failed with a reason the user can act on
     for n, c in by.items():

@@ -56,8 +56,7 @@ def test_settings_search_offers_fp8_kv_only_where_vllm_has_it_and_chunks_cover_t
     assert cpu == {"vllm/int8-w8a8/max-num-batched-tokens=512", "vllm/int8-w8a8/max-num-seqs=4",
                    "vllm/int8-w8a8/no-enable-prefix-caching"}
     h100 = {o.candidate.id for o in settings_options(best, gpu((9, 0)), 8, quick=True, prompt_p90=100)}
-    assert h100 == {"vllm/int8-w8a8/max-num-batched-tokens=256", "vllm/int8-w8a8/max-num-seqs=8",
-                    "vllm/int8-w8a8/kv-cache-dtype=fp8"}
+    assert h100 == {"vllm/int8-w8a8/max-num-batched-tokens=256", "vllm/int8-w8a8/kv-cache-dtype=fp8"}
 
 
 def _task(**cfg):

@@ -46,6 +46,7 @@ class ServedLMTask(CausalLMTask):
         self.sets = None
         self.best_ckpt: Any = None
         self.loads: dict[str, list[dict]] = {}
+        self.e2e_p99: dict[str, float] = {}  # ms, from each candidate's probe
 
     # --- setup ---------------------------------------------------------------------------------
     def load(self, out: Path) -> TuneResult:
@@ -175,15 +176,19 @@ class ServedLMTask(CausalLMTask):
     def _point(self, worker, options: dict[str, Any], timeout: float) -> dict[str, Any]:
         return worker.call("load", timeout=timeout, workload=str(self.sets.load_file), options=options)
 
-    def _durations(self) -> dict[str, float]:
-        # an LLM request lasts seconds: the warm-up covers one (its completions land in the window), and the window
-        # holds enough of them for P99s and the keep-up check to mean something
-        return {"duration_s": 10.0, "warmup_s": 5.0} if self.cfg.quick else {"duration_s": 20.0, "warmup_s": 5.0}
+    def _durations(self, cand=None) -> dict[str, float]:
+        """Seconds per bench point. An LLM request lasts seconds: the warm-up covers the slowest request the probe
+        saw (so the window opens in steady state, and the keep-up check compares completions with sends rather
+        than with the ramp), and the window holds enough requests for P99s to mean something."""
+        e2e = (self.e2e_p99.get(cand.id) or 0.0) / 1000 if cand is not None else 0.0
+        warm = min(max(5.0, 1.1 * e2e), 15.0 if self.cfg.quick else 30.0)
+        return {"duration_s": 10.0 if self.cfg.quick else 20.0, "warmup_s": round(warm, 1)}
 
     def probe(self, worker, cand, cap_s: float) -> Probe:
         """One closed-loop bench point at the workload's concurrency: requests/s and the P99s there."""
-        got = self._point(worker, {"concurrency": self.cfg.lm_concurrency, **self._durations()}, 600)
+        got = self._point(worker, {"concurrency": self.cfg.lm_concurrency, **self._durations()}, 600)  # 5 s warm-up
         self.loads.setdefault(cand.id, []).append({"stage": "probe", **got})
+        self.e2e_p99[cand.id] = (got.get("e2e_ms") or {}).get("p99") or 0.0
         ttft, tpot = got.get("ttft_ms") or {}, got.get("tpot_ms") or {}
         self.console.print(f"    {cand.id}: {got['requests_per_s']:.3f} req/s at c={self.cfg.lm_concurrency}, "
                            f"TTFT P99 {ttft.get('p99') or 0:.0f} ms, TPOT P99 {tpot.get('p99') or 0:.1f} ms",
@@ -234,14 +239,19 @@ class ServedLMTask(CausalLMTask):
     def measure(self, worker, cand, max_s: float | None = None) -> dict[str, Any]:
         """With an SLO: the first pass is bench's search for the highest request rate meeting it (started at the
         probe's closed-loop rate); later passes re-measure that rate once. Without: a closed-loop point."""
-        d = self._durations()
+        d = self._durations(cand)
         if not self.has_slo:
             got = self._point(worker, {"concurrency": self.cfg.lm_concurrency, **d}, 900)
         else:
             found = next((x for x in self.loads.get(cand.id, []) if x.get("stage") == "search"), None)
             if found is None:
                 start = max(0.01, self.loads.get(cand.id, [{}])[0].get("requests_per_s") or 0.1)
-                got = self._point(worker, {"slo": self.slo_text(), "slo_start": start, **d}, 1800)
+                # a pass cut short by the budget brackets the rate coarser (fewer bisection points)
+                tol = 0.15 if self.cfg.quick else 0.1
+                if max_s is not None and max_s < self.pass_s(None, cand):
+                    tol = 0.3
+                got = self._point(worker, {"slo": self.slo_text(), "slo_start": start, "slo_tolerance": tol, **d},
+                                  1800)
                 got["stage"] = "search"
             else:
                 rate = found.get("max_load_rps")
@@ -269,10 +279,12 @@ class ServedLMTask(CausalLMTask):
                            highlight=False)
 
     def pass_s(self, run, cand) -> float:
-        d = self._durations()
-        one = d["duration_s"] + d["warmup_s"] + 5
+        """One point costs its warm-up and window plus ~8 s of requests draining and bench's own work (measured:
+        23 s a point for 15 s nominal); an SLO search takes about 6 points."""
+        d = self._durations(cand)
+        one = d["duration_s"] + d["warmup_s"] + 8
         searched = any(x.get("stage") == "search" for x in self.loads.get(cand.id, []))
-        return one * (1 if searched or not self.has_slo else 7)
+        return one * (1 if searched or not self.has_slo else 6)
 
     def summarize(self, run, cand, samples: list[dict[str, Any]]) -> dict[str, Any]:
         r = run.results[cand.id]

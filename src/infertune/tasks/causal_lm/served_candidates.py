@@ -67,8 +67,8 @@ def settings_options(best: ServedCandidate, caps, concurrency: int, quick: bool,
     - `--max-num-batched-tokens`: a smaller prefill chunk per step, so a long prompt arriving mid-decode stalls
       the running requests' next token less (TPOT P99) at some TTFT cost; tried at 256 tokens, or the workload's
       P90 prompt when that is larger.
-    - `--max-num-seqs` = the workload's concurrency: a running batch no larger than the traffic keeps each decode
-      step short when requests queue in the SLO search's open loop.
+    - `--max-num-seqs` = the workload's concurrency (not in --quick): a running batch no larger than the traffic
+      keeps each decode step short when requests queue in the SLO search's open loop.
     - prefix caching off (not in --quick): hashing every block costs a little per request, and pays only when
       prompts share prefixes.
     - `--kv-cache-dtype fp8` on GPUs whose attention backend takes it: half the KV bytes per decode step.
@@ -78,13 +78,13 @@ def settings_options(best: ServedCandidate, caps, concurrency: int, quick: bool,
     chunk = max(256, 1 << max(prompt_p90 - 1, 1).bit_length())
     out = [Option(best.with_args("--max-num-batched-tokens", str(chunk)),
                   f"prefill in chunks of {chunk} tokens: a long prompt delays the running requests' next tokens "
-                  "less (TPOT P99), its own first token more", 1.05),
-           Option(best.with_args("--max-num-seqs", str(max(1, concurrency))),
-                  f"at most {concurrency} sequences per step (the workload's concurrency): shorter decode steps "
-                  "when requests queue", 1.02)]
-    if not quick:
-        out.append(Option(best.with_args("--no-enable-prefix-caching"),
-                          "no prefix-cache hashing per block: pays when prompts share no prefixes", 1.0))
+                  "less (TPOT P99), its own first token more", 1.05)]
+    if not quick:  # each setting is a server start (~1.5 min with compile on 2 cores) and an SLO search
+        out += [Option(best.with_args("--max-num-seqs", str(max(1, concurrency))),
+                       f"at most {concurrency} sequences per step (the workload's concurrency): shorter decode steps "
+                       "when requests queue", 1.02),
+                Option(best.with_args("--no-enable-prefix-caching"),
+                       "no prefix-cache hashing per block: pays when prompts share no prefixes", 1.0)]
     kv = kv_cache_fp8(caps)
     if kv.status == "candidate":
         out.append(Option(best.with_args("--kv-cache-dtype", "fp8"), f"FP8 KV cache on {kv.kernel}: half the KV "
