@@ -39,6 +39,8 @@ class Task:
     kind = "base"
     unit = "items/s"
     baseline_eligible = False  # may the naive baseline itself win (when it is also a servable engine)?
+    baseline_label = "the naive baseline"  # what the ratios are against, in the decision's words
+    measured_how = "interleaved"  # how the candidates' timed passes were ordered
     # set by the search around a call (probe): the most seconds the task's worker call may take, or None
     call_limit_s: float | None = None
 

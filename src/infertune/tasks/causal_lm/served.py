@@ -40,6 +40,8 @@ class ServedLMTask(CausalLMTask):
     kind = "causal-lm"
     unit = "req/s"
     baseline_eligible = True  # vLLM's defaults on the unquantized model may well be the answer
+    baseline_label = "vLLM's defaults on the unquantized model"
+    measured_how = "each server loaded alone, same load file and SLO search"
 
     def __init__(self, cfg, console, ref):
         super().__init__(cfg, console, ref)
