@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+# the module's tune (two vLLM starts and their loads) runs inside its first test: ~5 min here, more on a slower box
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 VENV = Path(os.environ.get("INFERTUNE_VLLM_PYTHON", Path(__file__).resolve().parents[3] / ".venv-vllm/bin/python"))
 
 
@@ -38,7 +39,7 @@ def served_tune(tmp_path_factory):
     # no SLO: the pick is requests/s at the workload's concurrency, one closed-loop point a round (the SLO search
     # and the pick by goodput are unit-tested; a search here would cost minutes of points on a 2-core box)
     cfg = TuneConfig(model="smollm2", quick=True, out=out, lm_engine="vllm", candidates=["max-num-batched-tokens"],
-                     lm_max_tokens=16, lm_vllm_args=("--enforce-eager",), time_budget_s=900, drop_below=0,
+                     lm_max_tokens=16, lm_vllm_args=("--enforce-eager",), time_budget_s=600, drop_below=0,
                      confirm_rounds=1)
     return tune(cfg, quiet=True), out
 
