@@ -11,9 +11,10 @@ SHARES = {"probe": 0.55, "refine": 0.68, "full": 0.82, "confirm": 0.93}
 
 
 class Budget:
-    def __init__(self, total_s: float, start: float | None = None):
+    def __init__(self, total_s: float, start: float | None = None, shares: dict[str, float] | None = None):
         self.total_s = float(total_s)
         self.start = time.monotonic() if start is None else start
+        self.shares = shares or SHARES
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start
@@ -23,4 +24,4 @@ class Budget:
 
     def stage_left(self, stage: str) -> float:
         """Seconds until `stage`'s share of the budget ends (negative when it is over)."""
-        return SHARES[stage] * self.total_s - self.elapsed()
+        return self.shares[stage] * self.total_s - self.elapsed()

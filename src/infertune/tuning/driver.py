@@ -135,7 +135,7 @@ def tune(config: TuneConfig | None = None, quiet: bool = False, candidates: list
         if not torch.cuda.is_available():
             raise InfertuneError("--device cuda asked for, but torch sees no CUDA GPU; run `infertune doctor`")
     result = task.load(out)
-    budget = Budget(cfg.time_budget_s or task.default_budget_s(), start=budget.start)
+    budget = Budget(cfg.time_budget_s or task.default_budget_s(), start=budget.start, shares=task.stage_shares)
     caps = detect(cfg.device)
     console.print(f"  host: {caps.summary()}; time budget {budget.total_s:.0f} s", highlight=False)
     run = search.Run(task, cfg, out, console, budget)

@@ -41,6 +41,7 @@ class Task:
     baseline_eligible = False  # may the naive baseline itself win (when it is also a servable engine)?
     baseline_label = "the naive baseline"  # what the ratios are against, in the decision's words
     measured_how = "interleaved"  # how the candidates' timed passes were ordered
+    stage_shares: dict[str, float] | None = None  # cumulative budget shares per stage (None: tuning.budget.SHARES)
     # set by the search around a call (probe): the most seconds the task's worker call may take, or None
     call_limit_s: float | None = None
 

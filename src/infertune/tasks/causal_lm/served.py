@@ -42,6 +42,10 @@ class ServedLMTask(CausalLMTask):
     baseline_eligible = True  # vLLM's defaults on the unquantized model may well be the answer
     baseline_label = "vLLM's defaults on the unquantized model"
     measured_how = "each server loaded alone, same load file and SLO search"
+    # server starts (and checkpoint making) fill the probe stage, but the SLO searches of the full rounds are the
+    # figures the pick reads: on 2 cores a quick run's starts, probes and checks took ~50% of 840 s and its two
+    # searches needed ~40% (six 29 s points each)
+    stage_shares = {"probe": 0.5, "refine": 0.5, "full": 0.9, "confirm": 0.97}
 
     def __init__(self, cfg, console, ref):
         super().__init__(cfg, console, ref)
