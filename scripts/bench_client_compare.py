@@ -53,10 +53,10 @@ def main() -> None:
     print(f"{'rate':>6} {'client':8} {'answered/s':>18} {'valid':>6} {'lag p99 ms':>18} {'CPU us/req':>16}")
     for (rate, client), v in rows.items():
         def col(i):
-            xs = [x[i] for x in v]
+            xs = [x[i] for x in v]  # noqa: B023 (called in this iteration)
             return f"{statistics.median(xs):.0f} ({min(xs):.0f}-{max(xs):.0f})"
         def colf(i):
-            xs = [x[i] for x in v]
+            xs = [x[i] for x in v]  # noqa: B023 (called in this iteration)
             return f"{statistics.median(xs):.1f} ({min(xs):.1f}-{max(xs):.1f})"
         print(f"{rate:6.0f} {client:8} {col(0):>18} {sum(x[1] for x in v)}/{len(v):<4} {colf(2):>18} {col(3):>16}")
 

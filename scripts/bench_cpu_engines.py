@@ -128,7 +128,8 @@ def main() -> None:
     print(f"CPU pressure per round (/proc/pressure/cpu 'some'): {', '.join(f'{x:.0%}' for x in round_stall)}; "
           f"medians over the {len(quiet)} rounds at <= {a.quiet:.0%}, range over all {a.passes}")
     base = statistics.median([rows["torch fp32"]["items_per_s"][i] for i in quiet])
-    print("| engine | prepare s | items/s median of quiet rounds (min-max of all, n quiet/all) | best pass | x torch fp32 (median) | cos mean / min |")
+    print("| engine | prepare s | items/s median of quiet rounds (min-max of all, n quiet/all) | best pass "
+          "| x torch fp32 (median) | cos mean / min |")
     print("|---|---|---|---|---|---|")
     for label, row in rows.items():
         if "skipped" in row:
@@ -139,7 +140,8 @@ def main() -> None:
         print(f"| {label} | {row['prepare_s']} | {med:.1f} ({min(xs):.1f}-{max(xs):.1f}, n={len(quiet)}/{len(xs)}) | "
               f"{max(xs):.1f} | {med / base:.2f} | {row['cos_mean']:.5f} / {row['cos_min']:.4f} |")
     Path(work).mkdir(parents=True, exist_ok=True)
-    (work / "results.json").write_text(json.dumps({"rows": rows, "round_cpu_pressure": round_stall, "env": env}, indent=2, default=str))
+    (work / "results.json").write_text(json.dumps({"rows": rows, "round_cpu_pressure": round_stall, "env": env},
+                                                  indent=2, default=str))
     print(f"details (describe() of each engine, every pass): {work / 'results.json'}")
 
 

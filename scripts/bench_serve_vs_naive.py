@@ -206,9 +206,12 @@ def compare(args: argparse.Namespace) -> dict:
     finally:
         a.stop()
         b.stop()
-    summary = {k: {m: [x[m] for x in v] for m in ("items_per_s", "p50_ms", "p99_ms", "errors")} for k, v in runs.items()}
-    ratios = [x["items_per_s"] / max(y["items_per_s"], 1e-9) for x, y in zip(runs["infertune"], runs["naive"], strict=True)]
-    out = {"model": args.model, "naive_model": args.naive_model or args.model, "concurrency": args.concurrency, "seconds": args.seconds, "rounds": args.rounds,
+    summary = {k: {m: [x[m] for x in v] for m in ("items_per_s", "p50_ms", "p99_ms", "errors")}
+               for k, v in runs.items()}
+    ratios = [x["items_per_s"] / max(y["items_per_s"], 1e-9)
+              for x, y in zip(runs["infertune"], runs["naive"], strict=True)]
+    out = {"model": args.model, "naive_model": args.naive_model or args.model, "concurrency": args.concurrency,
+           "seconds": args.seconds, "rounds": args.rounds,
            "runs": runs, "summary": summary, "speedup": ratios, "speedup_median": statistics.median(ratios)}
     print(f"\n{'server':10s} {'items/s':>34s} {'P99 ms':>34s}")
     for k in ("infertune", "naive"):

@@ -53,7 +53,8 @@ def main() -> None:
     for mode, rs in rows.items():
         v = [x["rps"] for x in rs]
         out[mode] = {"rps_median": statistics.median(v), "rps_min": min(v), "rps_max": max(v),
-                     "p50_ms": statistics.median(x["p50"] for x in rs), "p99_ms": statistics.median(x["p99"] for x in rs),
+                     "p50_ms": statistics.median(x["p50"] for x in rs),
+                     "p99_ms": statistics.median(x["p99"] for x in rs),
                      "rounds": rs}
         print(f"{mode:16} {statistics.median(v):12.1f} ({min(v):.1f}-{max(v):.1f}) {out[mode]['p50_ms']:8.0f} "
               f"{out[mode]['p99_ms']:8.0f}")

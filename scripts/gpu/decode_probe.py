@@ -49,7 +49,8 @@ def build_model(attn="sdpa"):
 
 
 def prompt_ids():
-    return torch.randint(0, SHAPE["vocab_size"], (1, 64), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+    return torch.randint(0, SHAPE["vocab_size"], (1, 64), device="cuda",
+                         generator=torch.Generator("cuda").manual_seed(1))
 
 
 def med(xs):
@@ -109,8 +110,9 @@ def naive(model, ids):
 
     with torch.inference_mode():
         model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False)
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=STEPS + 1, min_new_tokens=STEPS + 1,
-                             do_sample=False, stopping_criteria=StoppingCriteriaList([Stamp()]))
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=STEPS + 1,
+                             min_new_tokens=STEPS + 1, do_sample=False,
+                             stopping_criteria=StoppingCriteriaList([Stamp()]))
     return [(b - a) * 1000 for a, b in zip(stamps, stamps[1:], strict=False)], out[0, ids.shape[1]:].tolist()
 
 
@@ -139,7 +141,8 @@ def graphed(model, ids, k_steps=1, mode="max-autotune-no-cudagraphs", max_len=51
 
     def prefill():
         cache.reset()
-        logits = model(ids, past_key_values=cache, cache_position=torch.arange(L, device="cuda"), use_cache=True).logits[:, -1]
+        logits = model(ids, past_key_values=cache, cache_position=torch.arange(L, device="cuda"),
+                       use_cache=True).logits[:, -1]
         tok.copy_(logits.argmax(-1, keepdim=True))
         pos.fill_(L)
 
@@ -216,7 +219,8 @@ def main():
         res["kernels_unfused"] = str(e)[:200]
     import torch._inductor.config as ic
 
-    plan = [("graph", False, 1, None), ("graph+fuse+coord", True, 1, "coord"), ("fuse+coord multi-16", True, 16, "coord")]
+    plan = [("graph", False, 1, None), ("graph+fuse+coord", True, 1, "coord"),
+            ("fuse+coord multi-16", True, 16, "coord")]
     fused = False
     for label, want_fuse, k, knob in plan:
         ic.coordinate_descent_tuning = knob == "coord"

@@ -194,7 +194,8 @@ def measure_decode(device: str, steps: int, max_len: int) -> dict:
         from transformers import AutoConfig, AutoModelForCausalLM
 
         with torch.inference_mode():
-            hf = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(CONFIG)), dtype=dtype).to(device).eval()
+            hf = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(CONFIG)),
+                                                  dtype=dtype).to(device).eval()
             ids = torch.randint(0, 1000, (1, 128), device=device)
             out = hf(input_ids=ids, use_cache=True)
             pkv, nxt = out.past_key_values, ids[:, -1:]
@@ -227,12 +228,15 @@ def main() -> None:
     pr = plan(PlanConfig(model=str(CONFIG), gpu="H200", context=args.max_len))
     roof = pr.decode_step_ms_roofline
     out = {"doctor": doc, "decode": dec, "plan": {"decode_step_ms_roofline": roof, "weights_bytes": pr.weights_bytes,
-           "kv_bytes_per_token": pr.kv_bytes_per_token, "context": pr.context, "bandwidth_gbs": pr.gpu["bandwidth_gbs"]}}
+           "kv_bytes_per_token": pr.kv_bytes_per_token, "context": pr.context,
+           "bandwidth_gbs": pr.gpu["bandwidth_gbs"]}}
     rows = [("doctor exit / worst", f"{doc['exit_code']} / {doc['worst']}"),
             ("driver / CUDA driver API", f"{doc['driver']} / {doc['cuda_driver_api']} (via {doc['gpu_source']})"),
-            ("GPUs (name, CC, ECC, MIG)", "; ".join(f"{g['name']} {g['cc']} ECC={g['ecc']} MIG={g['mig']}" for g in doc["gpus"]) or "none"),
+            ("GPUs (name, CC, ECC, MIG)",
+             "; ".join(f"{g['name']} {g['cc']} ECC={g['ecc']} MIG={g['mig']}" for g in doc["gpus"]) or "none"),
             ("torch / CUDA / arch list", f"{doc['torch']} / {doc['torch_cuda']} / {' '.join(doc['arch_list'] or [])}"),
-            ("plan roofline bs=1 (spec 4.8 TB/s)", f"{roof:.4f} ms/step ({pr.weights_bytes / 1e9:.3f} GB weights + KV {args.max_len} tok)"),
+            ("plan roofline bs=1 (spec 4.8 TB/s)",
+             f"{roof:.4f} ms/step ({pr.weights_bytes / 1e9:.3f} GB weights + KV {args.max_len} tok)"),
             ("model weight bytes (built)", f"{dec['weight_bytes'] / 1e9:.3f} GB")]
     for key, label in (("graph_ms", "measured CUDA-graph step"), ("eager_ms", "measured eager step (same code)"),
                        ("hf_eager_ms", "measured HF eager step")):

@@ -17,7 +17,7 @@ Lead, on the device tool (each call <= 10 min; the machine must stay warm betwee
   1. run(command="python scripts/gpu/llm_h200.py stash", carry=[".gpu-carry/smollm2.part0.npz"])
   2. run(command="python scripts/gpu/llm_h200.py all", carry=[".gpu-carry/smollm2.part1.npz"])
 Prints a short table last; writes $OUT/llm_h200.json when OUT is set.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -86,7 +86,8 @@ def naive_generate(torch, model, ids, steps):
     with torch.inference_mode():
         model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, min_new_tokens=4, do_sample=False)
         out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=steps + 1,
-                             min_new_tokens=steps + 1, do_sample=False, stopping_criteria=StoppingCriteriaList([Stamp()]))
+                             min_new_tokens=steps + 1, do_sample=False,
+                             stopping_criteria=StoppingCriteriaList([Stamp()]))
     return [(b - a) * 1000 for a, b in zip(stamps, stamps[1:], strict=False)], out[0, ids.shape[1]:].tolist()
 
 
@@ -105,7 +106,8 @@ def graph_decode(torch, model, ids, steps, compiled, max_len=512):
     pos = torch.zeros(1, dtype=torch.long, device="cuda")
     t0 = time.perf_counter()
     with torch.inference_mode():
-        logits = model(ids, past_key_values=cache, cache_position=torch.arange(L, device="cuda"), use_cache=True).logits[:, -1]
+        logits = model(ids, past_key_values=cache, cache_position=torch.arange(L, device="cuda"),
+                       use_cache=True).logits[:, -1]
         tok.copy_(logits.argmax(-1, keepdim=True))
         pos.fill_(L)
         s = torch.cuda.Stream()
@@ -120,7 +122,8 @@ def graph_decode(torch, model, ids, steps, compiled, max_len=512):
         prep = time.perf_counter() - t0
         # rerun from the prefill so the cache holds exactly the prompt
         cache.reset()
-        logits = model(ids, past_key_values=cache, cache_position=torch.arange(L, device="cuda"), use_cache=True).logits[:, -1]
+        logits = model(ids, past_key_values=cache, cache_position=torch.arange(L, device="cuda"),
+                       use_cache=True).logits[:, -1]
         tok.copy_(logits.argmax(-1, keepdim=True))
         toks, times = [int(tok[0, 0])], []
         for i in range(steps):
@@ -152,7 +155,8 @@ def reduce_overhead_decode(torch, model, ids, steps, max_len=512):
     with torch.inference_mode():
         for rep in range(2):  # rep 0 compiles and records the graphs, rep 1 is timed
             cache.reset()
-            logits = model(ids, past_key_values=cache, cache_position=torch.arange(L, device="cuda"), use_cache=True).logits[:, -1]
+            logits = model(ids, past_key_values=cache, cache_position=torch.arange(L, device="cuda"),
+                           use_cache=True).logits[:, -1]
             tok = logits.argmax(-1, keepdim=True)
             toks = [int(tok[0, 0])]
             times = []
@@ -315,7 +319,8 @@ def pack(args):
         arrays = {f"t{i}": a.view(np.uint8).reshape(-1) for i, (_, _, _, a) in enumerate(items)}
         extra = {"__meta__": json.dumps({"config": cfg, **meta_eval})} if k == 0 else {}
         np.savez(CARRY / f"smollm2.part{k}.npz", __index__=json.dumps(index), **arrays, **extra)
-        log(f"wrote {CARRY / f'smollm2.part{k}.npz'} ({(CARRY / f'smollm2.part{k}.npz').stat().st_size / 2**20:.1f} MiB)")
+        log(f"wrote {CARRY / f'smollm2.part{k}.npz'} "
+            f"({(CARRY / f'smollm2.part{k}.npz').stat().st_size / 2**20:.1f} MiB)")
     # check: our dequantization equals transformers' conversion (the tuned model's weights)
     from safetensors.numpy import load_file
 
@@ -412,7 +417,8 @@ def _linear_classes(torch):
                 packed_u8 = (q32[:, ::2] << 4 | q32[:, 1::2]).to(torch.uint8)
                 self.packed = torch.ops.aten._convert_weight_to_int4pack(packed_u8.contiguous(), inner_k_tiles)
                 zeros = lo + scale * 8
-                self.sz = torch.cat([scale.reshape(N, -1, 1), zeros.reshape(N, -1, 1)], 2).transpose(0, 1).contiguous().to(torch.bfloat16)
+                self.sz = (torch.cat([scale.reshape(N, -1, 1), zeros.reshape(N, -1, 1)], 2)
+                           .transpose(0, 1).contiguous().to(torch.bfloat16))
                 test = torch.ops.aten._weight_int4pack_mm(torch.ones(1, K, dtype=torch.bfloat16, device=w.device),
                                                           self.packed, g, self.sz)
                 if not torch.allclose(test.float(), self.sim.float().sum(1)[None], rtol=2e-2, atol=1e-1):
@@ -496,7 +502,8 @@ def accuracy(args):
     out = {"n_tokens": n, "ppl_fp32": ppl_ref, "ppl_cpu_tune": meta.get("ppl_cpu"), "variants": {}}
     variants = [("bf16", torch.bfloat16, None), ("fp16", torch.float16, None),
                 ("fp8-e4m3 rowwise (_scaled_mm)", torch.bfloat16, FP8Linear),
-                ("int4-wo g64", torch.bfloat16, Int4Linear), ("int8-wo rowwise (simulated)", torch.bfloat16, SimInt8Linear)]
+                ("int4-wo g64", torch.bfloat16, Int4Linear),
+                ("int8-wo rowwise (simulated)", torch.bfloat16, SimInt8Linear)]
     for label, dtype, make in variants:
         try:
             m = load(dtype)

@@ -107,8 +107,9 @@ def _sensitivity(cfg: InspectConfig, ref) -> tuple[list[dict[str, Any]], str]:
             raise InfertuneError(f"{cfg.results} has no `sensitivity` list; run `infertune tune` (it measures it)")
         return sens, str(cfg.results)
     if ref is None or ref.format not in ("sentence-transformers", "hf"):
-        raise InfertuneError("--sensitivity needs weights: pass --results runs/<run>/results.json from `infertune tune`, "
-                             "or an embedding model directory (sensitivity is then measured here on the sample workload)")
+        raise InfertuneError("--sensitivity needs weights: pass --results runs/<run>/results.json from "
+                             "`infertune tune`, or an embedding model directory (sensitivity is then measured here "
+                             "on the sample workload)")
     from infertune.models.embedding import embedding_spec
     from infertune.quantize.mixed import search
     from infertune.workload import load_workload
@@ -296,8 +297,8 @@ def inspect_model(cfg: InspectConfig | str) -> InspectResult:
     notes: list[str] = []
     if isinstance(c, str):
         notes.append(f"{c}: parameters, bytes and FLOPs are the analytic count from config.json ("
-                     + (f"MoE: {a.experts_per_tok} of {a.experts} routed + {a.shared_experts} shared experts per token; "
-                        if a.experts else "") + ("MLA projections; " if a.mla else "")
+                     + (f"MoE: {a.experts_per_tok} of {a.experts} routed + {a.shared_experts} shared experts "
+                        "per token; " if a.experts else "") + ("MLA projections; " if a.mla else "")
                      + "attention over the full square), by part instead of by module type")
         c, parts = None, _analytic_only(a, raw, alias, ST_BYTES[alias])
         weights = weight_bytes_by_layer(a, ST_BYTES[alias])

@@ -51,7 +51,8 @@ def summarize(passes: Sequence[dict[str, Any]], peak_rss_mb: float | None = None
     slo = _batchwise_p99(passes) if per_pass else None
     return Measurement(
         items_per_s=robust, items_per_s_median=float(np.median(ips)),
-        items_per_s_estimator=("best pass" if ESTIMATOR_PERCENTILE == 100 else f"p{ESTIMATOR_PERCENTILE} of passes"), items_per_s_runs=[round(x, 2) for x in ips],
+        items_per_s_estimator=("best pass" if ESTIMATOR_PERCENTILE == 100 else f"p{ESTIMATOR_PERCENTILE} of passes"),
+        items_per_s_runs=[round(x, 2) for x in ips],
         items_per_s_spread=(float(min(ips)), float(max(ips))), tokens_per_s=tokens / walls,
         padded_tokens_per_s=padded / walls, latency_ms=latency_stats(lat),
         batches_per_pass=int(passes[0]["batches"]), items_per_pass=int(passes[0]["items"]),

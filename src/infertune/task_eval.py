@@ -179,12 +179,14 @@ class TaskEval:
                 if engine:  # the engine failed under the user's call: the run records that as the engine's failure
                     raise engine[0] from None
                 if first:
-                    raise InfertuneError(f"--eval {self.target} raised {type(e).__name__}: {e} (on the reference)") from e
+                    raise InfertuneError(f"--eval {self.target} raised {type(e).__name__}: {e} "
+                                         "(on the reference)") from e
                 errors[self.target] = f"{type(e).__name__}: {str(e)[:200]}"
                 got[self.target] = {n: (None, hi) for n, (_, hi) in (self.reference or {}).get(self.target, {}).items()}
         if first:
             self.reference = got
-        return [self._metric(src, name, v, hi, errors.get(src)) for src, ms in got.items() for name, (v, hi) in ms.items()]
+        return [self._metric(src, name, v, hi, errors.get(src))
+                for src, ms in got.items() for name, (v, hi) in ms.items()]
 
     def _metric(self, src: str, name: str, value: float | None, higher: bool, error: str | None) -> TaskMetric:
         ref = (self.reference or {}).get(src, {}).get(name, (None, higher))[0]

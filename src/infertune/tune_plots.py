@@ -94,7 +94,8 @@ def pareto_svg(result: TuneResult, plt) -> str | None:
     place_labels(ax, [(r.items_per_s, drift[r.name], str(nums[r.name])) for r in pts])
     handles = []
     if win:
-        handles.append(Line2D([], [], marker="*", ls="", color=GREEN, mec="black", ms=13, label=f"winner (#{nums[win]})"))
+        handles.append(Line2D([], [], marker="*", ls="", color=GREEN, mec="black", ms=13,
+                              label=f"winner (#{nums[win]})"))
     handles += [Line2D([], [], marker="o", ls="--" if len(front) > 1 else "", color=BLUE, label="Pareto front"),
                 Line2D([], [], marker="o", ls="", color=GREY, label="dominated"),
                 Line2D([], [], marker="X", ls="", color=RED, label="misses the SLO or accuracy budget")]

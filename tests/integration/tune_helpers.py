@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 CLI = [sys.executable, "-m", "infertune.cli.main"]
-TUNE_BUDGET_S = 150  # the shared quick tune's --time-budget (75 s on a 2-core AVX2 EPYC reached no engine but torch fp32)
+# the shared quick tune's --time-budget (75 s on a 2-core AVX2 EPYC reached no engine but torch fp32)
+TUNE_BUDGET_S = 150
 TUNE_SLO_MS = 10_000  # its --slo-p99-ms: met on any box however busy, so there is always a winner (conftest.py)
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
 
@@ -30,7 +31,8 @@ def write_user_jsonl(path):
         if i % 50 == 0:
             text = " ".join(rng.choice(base) for _ in range(12))  # far past 256 tokens
         elif i % 37 == 0:
-            text = rng.choice(["Grüße aus Köln – naïve café", "机器学习模型部署", "Ελληνικά κείμενα εδώ", "😀 emoji + text"])
+            text = rng.choice(["Grüße aus Köln – naïve café", "机器学习模型部署", "Ελληνικά κείμενα εδώ",
+                               "😀 emoji + text"])
         else:
             text = rng.choice(base)
         lines.append(json.dumps({"input": text}, ensure_ascii=False))

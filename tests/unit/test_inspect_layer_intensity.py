@@ -43,8 +43,10 @@ def test_bytes_and_intensity_per_layer_by_hand(tiny):
     for k in ("layer00", "layer01"):
         assert r.bytes_by_layer[k]["prefill"] == prefill_bytes
         assert r.bytes_by_layer[k]["decode"] == decode_bytes
-        assert r.arithmetic_intensity_by_layer[k]["prefill"] == pytest.approx(N * (linear + attn * N) / prefill_bytes, rel=1e-9)
-        assert r.arithmetic_intensity_by_layer[k]["decode"] == pytest.approx((linear + attn * (N + 1)) / decode_bytes, rel=1e-9)
+        assert r.arithmetic_intensity_by_layer[k]["prefill"] == pytest.approx(N * (linear + attn * N) / prefill_bytes,
+                                                                              rel=1e-9)
+        assert r.arithmetic_intensity_by_layer[k]["decode"] == pytest.approx((linear + attn * (N + 1)) / decode_bytes,
+                                                                             rel=1e-9)
     head_bytes = 1000 * 64 * 2 + (64 + 1000) * 2  # its weights; one token's hidden state in, its logits out
     assert r.bytes_by_layer["lm_head"] == {"prefill": head_bytes, "decode": head_bytes}
     assert r.arithmetic_intensity_by_layer["lm_head"]["decode"] == pytest.approx(2 * 1000 * 64 / head_bytes, rel=1e-9)

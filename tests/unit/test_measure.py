@@ -29,7 +29,8 @@ def test_slo_p99_votes_out_disturbed_passes_batch_by_batch():
     # the long batch's real tail stays in: it is not averaged away with the short batches
     assert m.slo_p99_ms > 75
     # a majority of disturbed passes is not voted out
-    m2 = summarize([_pass(10, 3.0, [3 * x for x in quiet]), _pass(10, 3.0, [3 * x for x in quiet]), _pass(10, 1.0, quiet)])
+    m2 = summarize([_pass(10, 3.0, [3 * x for x in quiet]), _pass(10, 3.0, [3 * x for x in quiet]),
+                    _pass(10, 1.0, quiet)])
     assert m2.slo_p99_ms > 200
 
 

@@ -94,8 +94,8 @@ def placeholders(tmp_path):
 
 def _infertune(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "infertune.cli.main", *args], cwd=cwd, env=env, capture_output=True, stdin=subprocess.DEVNULL,
-                          text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "infertune.cli.main", *args], cwd=cwd, env=env, capture_output=True,
+                          stdin=subprocess.DEVNULL, text=True, timeout=120)
 
 
 def _parse(args: list[str]) -> None:

@@ -20,7 +20,8 @@ def _with_accuracy():
         r.accuracy.by_bucket = [BucketAccuracy(bucket="1-16", n=40, cosine_mean=0.99999, cosine_min=0.9999),
                                 BucketAccuracy(bucket="257-512", n=25, cosine_mean=long, cosine_min=long - 0.002),
                                 BucketAccuracy(bucket=">512", n=3, cosine_mean=0.9, cosine_min=0.89)]
-        r.accuracy.task = [TaskMetric(name="recall@10", source="eval-pairs", value=0.95 if r.name == res.winner.name else 0.93, reference=0.95,
+        r.accuracy.task = [TaskMetric(name="recall@10", source="eval-pairs",
+                                      value=0.95 if r.name == res.winner.name else 0.93, reference=0.95,
                                       max_drop=0.01, n=80),
                            TaskMetric(name="mrr", source="eval-pairs", value=0.8, reference=0.81, n=80)]
     return res

@@ -167,7 +167,8 @@ def test_bad_user_results_are_one_line(got):
 
 
 def test_metric_shapes():
-    got = parse_metrics({"a": 1, "b": (2.0, "lower"), "c": {"value": np.float32(0.5), "higher_is_better": False}}, "m:f")
+    got = parse_metrics({"a": 1, "b": (2.0, "lower"), "c": {"value": np.float32(0.5), "higher_is_better": False}},
+                        "m:f")
     assert got == {"a": (1.0, True), "b": (2.0, False), "c": (0.5, False)}
 
 

@@ -32,7 +32,8 @@ def test_drift_on_long_texts_only_is_rejected_and_named():
     assert by[">512"].n == N_LONG and by[">512"].cosine_mean < budget.min_cosine_mean
     assert all(b.cosine_mean > 0.99999 for k, b in by.items() if k != ">512")
     assert sum(b.n for b in acc.by_bucket) == len(texts)
-    assert not ok and why.startswith(f"mean cosine {by['>512'].cosine_mean:.5f}") and f"over 512 tokens (n={N_LONG})" in why
+    assert (not ok and why.startswith(f"mean cosine {by['>512'].cosine_mean:.5f}")
+            and f"over 512 tokens (n={N_LONG})" in why)
     # the same engine without the perturbation passes
     clean = fake(perturb="0", perturb_over="512", tag="clean")
     acc, ok, why = task.verify(EngineWorker(clean, texts), clean)

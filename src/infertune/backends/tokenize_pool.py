@@ -10,7 +10,7 @@ How: each process rebuilds the encoder that `fast_tokens.fast_encoder` set up an
 `recipe`: tokie or the Rust tokenizer, from the same JSON), so the ids are the ones the engine would get; it imports
 `tokenizers` (and tokie) and numpy only. A chunk goes out as its texts and comes back as (lengths, flat ids) int32 arrays, split into rows here.
 The pool belongs to the embedder and lives as long as its process (a tune worker), so it starts once.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 

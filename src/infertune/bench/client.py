@@ -4,7 +4,7 @@ A record is a tuple (sched, dispatched, first, end, kind, message, out_tokens, i
 monotonic seconds; `first` is the first content token for streams (NaN otherwise); `kind` is "" on
 success or one of KINDS; `message` is the error, or on success "usage" when the server reported token
 counts (else tokens are estimated: words for input, content chunks for output); `chunk_times` holds the arrival time of every content chunk (streams only).
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 

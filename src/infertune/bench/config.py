@@ -76,7 +76,8 @@ class BenchConfig(BaseModel):
         "auto", description="auto: the lean httptools client for non-streamed requests, aiohttp for streams")
     max_connections: int = Field(1024, ge=1, description="requests in flight per worker process (rate mode)")
     max_lag_ms: float = Field(10.0, gt=0, description="p99 schedule lag above this marks a point invalid")
-    max_client_cpu: float = Field(0.95, gt=0, le=1, description="client CPU share of one core that marks a point invalid")
+    max_client_cpu: float = Field(0.95, gt=0, le=1,
+                                  description="client CPU share of one core that marks a point invalid")
     # outputs
     metrics_url: str | None = Field(None, description="Prometheus endpoint; default URL/metrics ('' = off)")
     scrape_interval: float = Field(1.0, gt=0)

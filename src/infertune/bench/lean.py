@@ -9,7 +9,7 @@ measured side by side in docs/bench.md (scripts/bench_client_compare.py). Respon
 
 A connection carries one request at a time (no pipelining); idle connections are reused last-in
 first-out (the warmest socket); a connection the server closed or marked `Connection: close` is dropped.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 

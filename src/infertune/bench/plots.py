@@ -146,7 +146,8 @@ def telemetry_panels(tel: TelemetrySeries) -> list[tuple[str, list[tuple[str, st
                  f"{base} (rate, per s)" if _kind(tel, name) == "counter" else base)
         fams.setdefault(title, []).append((name, per))
     rank = {"gauge": 0, "mean": 1, "rate": 2}
-    order = sorted(fams, key=lambda t: (rank["mean" if t.startswith("mean ") else "rate" if "(rate" in t else "gauge"], t))
+    order = sorted(fams, key=lambda t: (rank["mean" if t.startswith("mean ") else "rate" if "(rate" in t else "gauge"],
+                                        t))
     return [(t, fams[t][:8]) for t in order][:MAX_PANELS]
 
 
@@ -180,7 +181,8 @@ def bench_plots(result: BenchResult) -> list[tuple[str, str]]:
     out = []
     measured = [p for p in result.points if p.ok]
     if len(measured) == 1:
-        out.append((f"Latency at the one load point ({html.escape(measured[0].label)})", _one_point(measured[0], result, plt)))
+        out.append((f"Latency at the one load point ({html.escape(measured[0].label)})",
+                    _one_point(measured[0], result, plt)))
     else:
         for over in ("concurrency", "rate"):
             pts = sorted((p for p in result.points if getattr(p.offered, over) is not None),

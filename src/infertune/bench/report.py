@@ -77,7 +77,8 @@ def print_summary(result: BenchResult) -> None:
             con.print(f"[bold green]SLO {s.target}: max {s.over} = {s.max_load:.4g}[/] (bracket {s.bracket}, "
                       f"confirmed over {s.repeats} runs)", highlight=False)
         else:
-            con.print(f"[bold red]SLO {s.target} not met at any {s.over} tried[/] ({len(s.steps)} steps)", highlight=False)
+            con.print(f"[bold red]SLO {s.target} not met at any {s.over} tried[/] ({len(s.steps)} steps)",
+                      highlight=False)
         line = confirm_line(result)
         if line:
             con.print(line, style="bold green" if s.sustainable_load else "bold red", highlight=False)
@@ -88,7 +89,8 @@ def print_summary(result: BenchResult) -> None:
             con.print(f"recommended vLLM --max-num-seqs {k.recommended_max_num_seqs}: {k.derivation}", highlight=False)
     for tel in result.telemetry:
         con.print(f"telemetry {tel.source}: {len(tel.series)} series x {len(tel.t)} samples every {tel.interval_s:g} s"
-                  + (f" ({len(tel.errors)} scrape errors, first: {tel.errors[0]})" if tel.errors else ""), highlight=False)
+                  + (f" ({len(tel.errors)} scrape errors, first: {tel.errors[0]})" if tel.errors else ""),
+                  highlight=False)
     best = best_point(result)
     if best:
         con.print(f"max throughput: {best.achieved_rps:.1f} req/s at {best.label} (n={best.n} requests, E2E P50 "
@@ -219,7 +221,8 @@ def _card(result: BenchResult) -> str:
         tone = "fail"
         facts.append(f"SLO <b>{e(s.target)}</b>: <b>not met</b> at any {e(s.over)} tried ({len(s.steps)} steps)")
     else:
-        facts.append("SLO: none given (<code>--slo 'p99_e2e_ms&lt;=200'</code> searches the highest load that meets it)")
+        facts.append("SLO: none given (<code>--slo 'p99_e2e_ms&lt;=200'</code> "
+                     "searches the highest load that meets it)")
     line = confirm_line(result)
     if line:
         facts.append(f"<b>{e(line)}</b>" if s and s.sustainable_load
@@ -293,7 +296,7 @@ window (warm-up excluded). Started {e(str(result.started))}, wall {e(str(result.
 <h2>Load points</h2>{_table(result)}
 {''.join(f'<p>{n}</p>' for n in notes)}
 {body}
-<h2>Environment</h2>{folded('fingerprint', f'<pre>{e(result.environment.model_dump_json(indent=1))}</pre>')}"""
+<h2>Environment</h2>{folded('fingerprint', f'<pre>{e(result.environment.model_dump_json(indent=1))}</pre>')}"""  # noqa: E501
     path.write_text(document(title, doc), encoding="utf-8")
 
 

@@ -98,7 +98,8 @@ class _Runner:
         offered = Offered(rate=rate, arrivals=cfg.arrivals) if rate is not None else Offered(concurrency=concurrency)
         p = build_point(results, offered=offered, t0=t0, warmup=warmup, duration=duration,
                         streaming=cfg.streaming, bench_t0=self.t0, cfg=cfg,
-                        bounds=self.slo.bounds if self.slo else None, mode="rate" if rate is not None else "concurrency",
+                        bounds=self.slo.bounds if self.slo else None,
+                        mode="rate" if rate is not None else "concurrency",
                         save_requests=cfg.save_requests,
                         error_budget=self.slo.max_error_rate if self.slo else cfg.max_error_rate)
         p.phase = phase

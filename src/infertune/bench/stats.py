@@ -105,7 +105,8 @@ def nothing_completed(recs: list[tuple], w0: float, warmup: float, duration: flo
     na = "; its latency and token figures are n/a"
     if by_kind:
         kinds = ", ".join(f"{c} x {k}" for k, c in by_kind.items())
-        return f"no request scheduled in {window} succeeded: {sum(by_kind.values())} of {scheduled} failed ({kinds}){na}"
+        return (f"no request scheduled in {window} succeeded: "
+                f"{sum(by_kind.values())} of {scheduled} failed ({kinds}){na}")
     if scheduled:  # scheduled but never sent: the client fell behind (and the point is invalid)
         return f"no request scheduled in {window} was sent{na}"
     if offered.concurrency:

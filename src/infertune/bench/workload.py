@@ -14,7 +14,20 @@ from infertune.errors import InfertuneError
 
 # Short common English words: nearly all are one token in BPE/WordPiece vocabularies, so a prompt of
 # N words is close to N tokens (reported as an estimate unless the server returns usage).
-_WORDS = tuple(["the", "of", "and", "to", "in", "is", "was", "for", "on", "are", "as", "with", "his", "they", "at", "be", "this", "from", "have", "or", "by", "one", "had", "not", "but", "what", "all", "were", "when", "we", "there", "can", "an", "your", "which", "their", "said", "if", "do", "will", "each", "about", "how", "up", "out", "them", "then", "she", "many", "some", "so", "these", "would", "other", "into", "has", "more", "her", "two", "like", "him", "see", "time", "could", "no", "make", "than", "first", "been", "its", "who", "now", "people", "my", "made", "over", "did", "down", "only", "way", "find", "use", "may", "water", "long", "little", "very", "after", "words", "called", "just", "where", "most", "know", "get", "through", "back", "much", "before", "go", "good", "new", "write", "our", "used", "me", "man", "too", "any", "day", "same", "right", "look", "think", "also", "around", "another", "came", "come", "work", "three", "word", "must", "because", "does", "part", "even", "place", "well", "such", "here", "take", "why", "things", "help", "put", "years", "different", "away", "again", "off", "went", "old", "number", "great", "tell", "men", "say", "small", "every", "found", "still", "between", "name", "should", "home", "big", "give", "air", "line", "set", "own", "under", "read", "last", "never", "us", "left", "end", "along", "while", "might", "next", "sound", "below", "saw"])
+_WORDS = tuple(["the", "of", "and", "to", "in", "is", "was", "for", "on", "are", "as", "with", "his", "they", "at",
+                "be", "this", "from", "have", "or", "by", "one", "had", "not", "but", "what", "all", "were", "when",
+                "we", "there", "can", "an", "your", "which", "their", "said", "if", "do", "will", "each", "about",
+                "how", "up", "out", "them", "then", "she", "many", "some", "so", "these", "would", "other", "into",
+                "has", "more", "her", "two", "like", "him", "see", "time", "could", "no", "make", "than", "first",
+                "been", "its", "who", "now", "people", "my", "made", "over", "did", "down", "only", "way", "find",
+                "use", "may", "water", "long", "little", "very", "after", "words", "called", "just", "where", "most",
+                "know", "get", "through", "back", "much", "before", "go", "good", "new", "write", "our", "used", "me",
+                "man", "too", "any", "day", "same", "right", "look", "think", "also", "around", "another", "came",
+                "come", "work", "three", "word", "must", "because", "does", "part", "even", "place", "well", "such",
+                "here", "take", "why", "things", "help", "put", "years", "different", "away", "again", "off", "went",
+                "old", "number", "great", "tell", "men", "say", "small", "every", "found", "still", "between", "name",
+                "should", "home", "big", "give", "air", "line", "set", "own", "under", "read", "last", "never", "us",
+                "left", "end", "along", "while", "might", "next", "sound", "below", "saw"])
 
 
 @dataclass
@@ -57,7 +70,8 @@ def parse_synthetic(spec: str) -> dict[str, tuple[str, list[float]]]:
             continue
         m = _DIST.match(part)
         if not m:
-            raise InfertuneError(f"cannot read {part!r} in --synthetic; write e.g. 'prompt=lognormal(200,0.6),output=128'")
+            raise InfertuneError(f"cannot read {part!r} in --synthetic; "
+                                 "write e.g. 'prompt=lognormal(200,0.6),output=128'")
         key, fn, args, num = m.groups()
         if key not in ("prompt", "output", "n", "batch"):
             raise InfertuneError(f"--synthetic key {key!r} unknown; keys are prompt, output, n, batch")

@@ -29,38 +29,63 @@ def bench_cmd(
     url: Annotated[str, typer.Argument(help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000")],
     api: Annotated[str, typer.Option(help="embeddings | completions | chat")] = "embeddings",
     model: Annotated[str | None, typer.Option(help="model name in requests (default: first of GET /v1/models)")] = None,
-    workload: Annotated[Path | None, typer.Option(help="JSONL: {\"input\": ...} or {\"prompt\"|\"messages\", \"max_tokens\"}")] = None,
+    workload: Annotated[Path | None, typer.Option(
+        help="JSONL: {\"input\": ...} or {\"prompt\"|\"messages\", \"max_tokens\"}")] = None,
     synthetic: Annotated[str | None, typer.Option(help="e.g. 'prompt=lognormal(200,0.6),output=128'")] = None,
-    inputs_per_request: Annotated[int, typer.Option(help="embeddings: pack this many workload inputs into each request (a batch-indexing client; OpenAI allows 2048)")] = 1,
+    inputs_per_request: Annotated[int, typer.Option(
+        help="embeddings: pack this many workload inputs into each "
+             "request (a batch-indexing client; OpenAI allows 2048)")] = 1,
     concurrency: Annotated[str | None, typer.Option(help="closed loop: streams in flight, e.g. 1,4,16")] = None,
     rate: Annotated[str | None, typer.Option(help="open loop: requests/s, e.g. 10,50,100")] = None,
     arrivals: Annotated[str, typer.Option(help="constant or poisson (seeded)")] = "constant",
     sweep: Annotated[bool, typer.Option(help="one-at-a-time, saturation, then rates in between")] = False,
-    slo: Annotated[str | None, typer.Option(help="search the highest load meeting e.g. 'p99_e2e_ms<=200': per-request latency, end to end from its scheduled send time (queueing included)")] = None,
+    slo: Annotated[str | None, typer.Option(
+        help="search the highest load meeting e.g. 'p99_e2e_ms<=200': per-request latency, "
+             "end to end from its scheduled send time (queueing included)")] = None,
     slo_over: Annotated[str, typer.Option(help="what the SLO search varies: rate or concurrency")] = "rate",
-    slo_keepup: Annotated[float, typer.Option(help="rate search: a point also fails when completions in its window fall below this share of sends (a queue grew); 0 = off")] = 0.95,
-    slo_recheck: Annotated[bool, typer.Option("--slo-recheck/--no-slo-recheck", help="search: measure a marginal failure (kept up with 88%+ of sends, latency within 2x the limit) once more before believing it")] = True,
-    slo_start: Annotated[float | None, typer.Option(help="search: the first load to measure (default: the one-at-a-time rate, measured first)")] = None,
-    slo_step: Annotated[float, typer.Option(help="search: bracketing factor; a small one (1.1) saves points when --slo-start is near the answer (below 2 it grows toward 2 while the boundary is not bracketed)")] = 2.0,
-    slo_confirm: Annotated[float, Duration("search: re-measure its answer with points this long (a queue settles; short points end before it does) and back off 10% a step until one meets the SLO: the sustainable load, printed beside the short points' answer; 0 = off")] = 0.0,
+    slo_keepup: Annotated[float, typer.Option(
+        help="rate search: a point also fails when completions in its window "
+             "fall below this share of sends (a queue grew); 0 = off")] = 0.95,
+    slo_recheck: Annotated[bool, typer.Option(
+        "--slo-recheck/--no-slo-recheck",
+        help="search: measure a marginal failure (kept up with 88%+ of sends, "
+             "latency within 2x the limit) once more before believing it")] = True,
+    slo_start: Annotated[float | None, typer.Option(
+        help="search: the first load to measure (default: the one-at-a-time rate, measured first)")] = None,
+    slo_step: Annotated[float, typer.Option(
+        help="search: bracketing factor; a small one (1.1) saves points when --slo-start is near "
+             "the answer (below 2 it grows toward 2 while the boundary is not bracketed)")] = 2.0,
+    slo_confirm: Annotated[float, Duration(
+        "search: re-measure its answer with points this long (a queue settles; short "
+        "points end before it does) and back off 10% a step until one meets the SLO: "
+        "the sustainable load, printed beside the short points' answer; 0 = off")] = 0.0,
     duration: Annotated[float, Duration("measured time per point")] = 10.0,
     warmup: Annotated[float, Duration("time per point sent but not counted")] = 2.0,
     max_requests: Annotated[int | None, typer.Option(help="cap on measured requests per point")] = None,
-    stream: Annotated[bool | None, typer.Option("--stream/--no-stream", help="stream completions/chat (default on)")] = None,
+    stream: Annotated[bool | None, typer.Option(
+        "--stream/--no-stream", help="stream completions/chat (default on)")] = None,
     workers: Annotated[str, typer.Option(help="load processes: a number or auto")] = "auto",
     http_client: Annotated[str, typer.Option(
         help="auto (lean httptools client for non-streamed requests, ~3x less client CPU; aiohttp for "
              "streams), lean, or aiohttp")] = "auto",
     timeout: Annotated[float, Duration("per-request timeout")] = 60.0,
-    wait_ready: Annotated[float | None, Duration("before the first point, wait up to this long while the server refuses connections or answers 503 (loading), with a progress line; default 120 s for 503, 5 s for refused connections; 0 = no wait")] = None,
+    wait_ready: Annotated[float | None, Duration(
+        "before the first point, wait up to this long while the server refuses connections or answers 503 "
+        "(loading), with a progress line; default 120 s for 503, 5 s for refused connections; 0 = no wait")] = None,
     max_lag_ms: Annotated[float, typer.Option(help="p99 schedule lag that marks a point invalid (ms)")] = 10.0,
-    max_error_rate: Annotated[float, typer.Option(help="share of failed requests above which a point is error-laden: not valid, never quoted as throughput, fails any SLO")] = 0.01,
-    metrics_url: Annotated[str | None, typer.Option(help="Prometheus URL to scrape (default URL/metrics; '' = off)")] = None,
+    max_error_rate: Annotated[float, typer.Option(
+        help="share of failed requests above which a point is error-laden: "
+             "not valid, never quoted as throughput, fails any SLO")] = 0.01,
+    metrics_url: Annotated[str | None, typer.Option(
+        help="Prometheus URL to scrape (default URL/metrics; '' = off)")] = None,
     seed: Annotated[int, typer.Option(help="seed for arrivals and synthetic prompts")] = 0,
     out: Annotated[Path | None, typer.Option(help="write bench.json, bench.html, bench.csv here")] = None,
     save_requests: Annotated[bool, typer.Option(help="keep per-request records in bench.json")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print bench.json to stdout; humans read stderr")] = False,
-    compare: Annotated[list[str] | None, typer.Option(help="embeddings: also measure this server (repeatable, NAME=URL or URL) side by side with URL on the same texts, in rounds whose order rotates; prints items/s (median, range, n), P99 and cosine of the answers against URL's")] = None,
+    compare: Annotated[list[str] | None, typer.Option(
+        help="embeddings: also measure this server (repeatable, NAME=URL or URL) side by "
+             "side with URL on the same texts, in rounds whose order rotates; prints items/s "
+             "(median, range, n), P99 and cosine of the answers against URL's")] = None,
     rounds: Annotated[int, typer.Option(help="with --compare: rounds per server")] = 3,
 ) -> None:
     """Load-test an OpenAI-compatible server: latency percentiles from each request's scheduled send time,
@@ -91,7 +116,8 @@ def bench_cmd(
         _compare(url, compare, api, workload, concurrency, duration, warmup, rounds, inputs_per_request, as_json)
         return
     cfg = BenchConfig(
-        url=url, api=api, model=model, workload=workload, synthetic=synthetic, inputs_per_request=inputs_per_request, stream=stream,
+        url=url, api=api, model=model, workload=workload, synthetic=synthetic, inputs_per_request=inputs_per_request,
+        stream=stream,
         concurrency=_nums(concurrency, int, "--concurrency"), rates=_nums(rate, float, "--rate"), arrivals=arrivals,
         sweep=sweep, slo=slo, slo_over=slo_over, slo_keepup=slo_keepup, slo_recheck=slo_recheck, slo_start=slo_start,
         slo_step=slo_step, slo_confirm=slo_confirm, wait_ready=wait_ready, duration=duration, warmup=warmup,

@@ -27,7 +27,7 @@ Examples:
   infertune deploy runs/latest/artifact --replicas 3
   infertune deploy runs/latest/artifact --device cuda --replicas 2 --hpa
   infertune deploy ./Meta-Llama-3-8B --gpu H100 --gpus 2
-  infertune deploy ./Meta-Llama-3-70B --gpu H100 --gpus 8 --nodes 2"""
+  infertune deploy ./Meta-Llama-3-70B --gpu H100 --gpus 8 --nodes 2"""  # noqa: E501
 
 
 def register(app: typer.Typer) -> None:
@@ -46,17 +46,27 @@ def deploy_cmd(
     context: Annotated[int | None, typer.Option(help="LLMs: max-model-len")] = None,
     concurrency: Annotated[int | None, typer.Option(help="LLMs: concurrent sequences (sets --max-num-seqs)")] = None,
     dtype: Annotated[str, typer.Option(help="LLMs: auto|bf16|fp16|fp8|int8|int4")] = "auto",
-    model_pvc: Annotated[str | None, typer.Option(help="PersistentVolumeClaim holding the model (default NAME-model)")] = None,
-    model_host_path: Annotated[str | None, typer.Option(help="node directory holding the model (hostPath) instead of a PVC")] = None,
+    model_pvc: Annotated[str | None, typer.Option(
+        help="PersistentVolumeClaim holding the model (default NAME-model)")] = None,
+    model_host_path: Annotated[str | None, typer.Option(
+        help="node directory holding the model (hostPath) instead of a PVC")] = None,
     model_subpath: Annotated[str | None, typer.Option(help="the model's directory inside the volume")] = None,
-    image: Annotated[str | None, typer.Option(help="container image (default infertune:VERSION-DEVICE-ENGINE, built by image/build.sh; vLLM: the vllm/vllm-openai tag for --cuda)")] = None,
-    cuda: Annotated[str | None, typer.Option(help="vLLM: the CUDA version the nodes' driver supports, e.g. 12.9 (`nvidia-smi`, `infertune doctor`; default: this host's driver)")] = None,
-    memory_headroom: Annotated[float, typer.Option(help="memory request = limit = measured peak RSS x (1 + this)")] = 0.3,
+    image: Annotated[str | None, typer.Option(
+        help="container image (default infertune:VERSION-DEVICE-ENGINE, built by "
+             "image/build.sh; vLLM: the vllm/vllm-openai tag for --cuda)")] = None,
+    cuda: Annotated[str | None, typer.Option(
+        help="vLLM: the CUDA version the nodes' driver supports, e.g. 12.9 "
+             "(`nvidia-smi`, `infertune doctor`; default: this host's driver)")] = None,
+    memory_headroom: Annotated[float, typer.Option(
+        help="memory request = limit = measured peak RSS x (1 + this)")] = 0.3,
     name: Annotated[str | None, typer.Option(help="app name (default: from the model)")] = None,
     port: Annotated[int, typer.Option(help="container port")] = 8000,
-    hpa: Annotated[bool, typer.Option("--hpa", help="HorizontalPodAutoscaler on a server metric via prometheus-adapter")] = False,
-    hpa_metric: Annotated[str, typer.Option(help="infertune serve: queue-depth or latency-p99 (vLLM: requests waiting)")] = "queue-depth",
-    hpa_target: Annotated[float | None, typer.Option(help="per pod: requests in flight (default 8; vLLM waiting 2) or P99 seconds (0.25)")] = None,
+    hpa: Annotated[bool, typer.Option(
+        "--hpa", help="HorizontalPodAutoscaler on a server metric via prometheus-adapter")] = False,
+    hpa_metric: Annotated[str, typer.Option(
+        help="infertune serve: queue-depth or latency-p99 (vLLM: requests waiting)")] = "queue-depth",
+    hpa_target: Annotated[float | None, typer.Option(
+        help="per pod: requests in flight (default 8; vLLM waiting 2) or P99 seconds (0.25)")] = None,
     max_replicas: Annotated[int | None, typer.Option(help="HPA maximum (default 4x --replicas)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON on stdout")] = False,
 ) -> None:

@@ -16,18 +16,26 @@ def register(app: typer.Typer) -> None:
 
 
 def export_cmd(
-    model: Annotated[str, typer.Argument(help="alias (minilm), model directory, Hub id in the local cache, or a .pt/.pth file")],
+    model: Annotated[str, typer.Argument(
+        help="alias (minilm), model directory, Hub id in the local cache, or a .pt/.pth file")],
     to: Annotated[str, typer.Option(help="onnx or openvino")] = "onnx",
-    workload: Annotated[Path | None, typer.Option(help="inputs for the check and the TensorRT shapes (JSONL or text, as tune reads); default: the built-in sample")] = None,
+    workload: Annotated[Path | None, typer.Option(
+        help="inputs for the check and the TensorRT shapes (JSONL or "
+             "text, as tune reads); default: the built-in sample")] = None,
     out: Annotated[Path | None, typer.Option(help="output directory (default exports/<model>-<format>)")] = None,
-    config: Annotated[Path | None, typer.Option(help="for a state_dict .pt: the model's directory with config.json and tokenizer")] = None,
-    tokenizer: Annotated[Path | None, typer.Option(help="for a TorchScript .pt: its tokenizer directory (default: the .pt's directory)")] = None,
-    pooling: Annotated[str | None, typer.Option(help="mean|cls|max|last (default: the model's own; mean for a TorchScript encoder)")] = None,
+    config: Annotated[Path | None, typer.Option(
+        help="for a state_dict .pt: the model's directory with config.json and tokenizer")] = None,
+    tokenizer: Annotated[Path | None, typer.Option(
+        help="for a TorchScript .pt: its tokenizer directory (default: the .pt's directory)")] = None,
+    pooling: Annotated[str | None, typer.Option(
+        help="mean|cls|max|last (default: the model's own; mean for a TorchScript encoder)")] = None,
     task: Annotated[str | None, typer.Option(help="embed or generate, when the model's files do not say")] = None,
     opset: Annotated[int, typer.Option(help="ONNX opset")] = 17,
-    min_cosine: Annotated[float, typer.Option(help="every checked input's cosine vs the original must reach this")] = 0.9999,
+    min_cosine: Annotated[float, typer.Option(
+        help="every checked input's cosine vs the original must reach this")] = 0.9999,
     precision: Annotated[str, typer.Option(help="TensorRT script: fp16|bf16|int8|fp32")] = "fp16",
-    batch_tokens: Annotated[int, typer.Option(help="TensorRT script: padded tokens per batch the profiles are sized for")] = 16384,
+    batch_tokens: Annotated[int, typer.Option(
+        help="TensorRT script: padded tokens per batch the profiles are sized for")] = 16384,
     as_json: Annotated[bool, typer.Option("--json", help="print report.json on stdout")] = False,
 ) -> None:
     """Write the model as ONNX or OpenVINO IR with report.json (cosine per length bucket against the original on

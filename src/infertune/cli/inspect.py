@@ -42,7 +42,8 @@ def _layer_rows(r) -> list[tuple[str, list[str]]]:
 
 def _print_layers(con, r) -> None:
     phases = list(r.flops_per_token)
-    step = f"a {r.seq_len}-token prefill" + (f", a decode step at {r.seq_len} cached tokens" if "decode" in phases else "")
+    step = f"a {r.seq_len}-token prefill" + (f", a decode step at {r.seq_len} cached tokens"
+                                            if "decode" in phases else "")
     src = ", ".join(f"{ph} {r.flops_source.get(ph, 'counter')}" for ph in phases)
     moved = "weights read, activations in and out" + (", KV cache" if "decode" in phases else "")
     con.print(f"per layer: FLOPs per token ({src}); intensity = FLOPs / bytes of one step at batch 1 ({step}: "
@@ -51,7 +52,8 @@ def _print_layers(con, r) -> None:
     head += [f"{ph} bound on {r.gpu}" for ph in phases] if r.bound_by_layer else []
     con.print("  " + f"{'layer':<14}" + "".join(f"{h:>{max(18, len(h) + 2)}}" for h in head), highlight=False)
     for name, cells in _layer_rows(r):
-        con.print("  " + f"{name:<14}" + "".join(f"{c:>{max(18, len(h) + 2)}}" for c, h in zip(cells, head, strict=True)),
+        con.print("  " + f"{name:<14}"
+                  + "".join(f"{c:>{max(18, len(h) + 2)}}" for c, h in zip(cells, head, strict=True)),
                   highlight=False)
 
 
@@ -75,7 +77,8 @@ def _print_flops(con, r) -> None:
         con.print(f"FLOPs per token, {ph} at {r.seq_len} tokens: {_si(fl, 'FLOP')} ({how}); attention share "
                   f"{100 * r.attention_flops_share[ph]:.1f}%", highlight=False)
     if r.task == "embed":
-        con.print("KV cache: none (an embedding model runs one forward pass per input and keeps nothing)", highlight=False)
+        con.print("KV cache: none (an embedding model runs one forward pass per input and keeps nothing)",
+                  highlight=False)
     else:
         con.print(f"KV cache: {r.kv_bytes_per_token} bytes/token ({r.kv_layout}, head_dim {r.head_dim})",
                   highlight=False)
@@ -84,10 +87,13 @@ def _print_flops(con, r) -> None:
 def inspect_cmd(
     model: Annotated[str, typer.Argument(help="model directory, config.json or alias (minilm)")],
     seq_len: Annotated[int, typer.Option(help="prompt length for prefill FLOPs and the decode step's cache")] = 512,
-    sensitivity: Annotated[bool, typer.Option(help="per-layer int8 sensitivity (from --results, or measured for an embedding model)")] = False,
+    sensitivity: Annotated[bool, typer.Option(
+        help="per-layer int8 sensitivity (from --results, or measured for an embedding model)")] = False,
     results: Annotated[Path | None, typer.Option(help="tune results.json to read the sensitivity from")] = None,
-    workload: Annotated[Path | None, typer.Option(help="an embedding model's inputs (JSONL or text) for FLOPs per input; default: the built-in sample")] = None,
-    gpu: Annotated[str | None, typer.Option(help="a GPU (H100, L4, ...): whether each layer is memory- or compute-bound on it")] = None,
+    workload: Annotated[Path | None, typer.Option(
+        help="an embedding model's inputs (JSONL or text) for FLOPs per input; default: the built-in sample")] = None,
+    gpu: Annotated[str | None, typer.Option(
+        help="a GPU (H100, L4, ...): whether each layer is memory- or compute-bound on it")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON on stdout")] = False,
 ) -> None:
     """Parameters and bytes by module type and dtype; FLOPs per token by layer (prefill, decode) counted on
@@ -116,7 +122,8 @@ def inspect_cmd(
         con.print(f"[yellow]note:[/] {n}", highlight=False)
     for s in r.sensitivity[:10]:
         con.print(f"  sensitivity {s['layer']:<50} drop {s['drop']:.2e}", highlight=False)
-    con.print(f"counted in {r.wall_s:.1f} s ({'meta device' if r.count_method == 'meta' else 'analytic, from config.json'})",
+    con.print(f"counted in {r.wall_s:.1f} s "
+              f"({'meta device' if r.count_method == 'meta' else 'analytic, from config.json'})",
               highlight=False)
     if as_json:
         typer.echo(json.dumps(r.model_dump(mode="json"), indent=2))

@@ -15,7 +15,8 @@ def duration(value: Any) -> float:
     try:
         return parse_duration(value)
     except InfertuneError:
-        raise typer.BadParameter(f"{value!r} is not a duration; write seconds or a unit, e.g. 90, 90s, 10m or 1h") from None
+        raise typer.BadParameter(f"{value!r} is not a duration; write seconds or a unit, "
+                                 "e.g. 90, 90s, 10m or 1h") from None
 
 
 def Duration(help: str, *decls: str, **kw: Any) -> Any:  # noqa: N802  (used like typer.Option)

@@ -15,20 +15,28 @@ def register(app: typer.Typer) -> None:
 
 def plan_cmd(
     model: Annotated[str, typer.Argument(help="model directory or config.json (weights not needed)")],
-    gpu: Annotated[str | None, typer.Option(help="GPU name, e.g. H200, H100, H100-PCIe, L4, RTX-4090 or what nvidia-smi prints (default: this host's GPU)")] = None,
-    gpus: Annotated[int | None, typer.Option(help="GPUs available for tensor parallel (default 1; a laptop part is always 1)")] = None,
-    workload: Annotated[Path | None, typer.Option(help="JSONL of requests (prompt_tokens/output_tokens or text)")] = None,
+    gpu: Annotated[str | None, typer.Option(
+        help="GPU name, e.g. H200, H100, H100-PCIe, L4, RTX-4090 or what "
+             "nvidia-smi prints (default: this host's GPU)")] = None,
+    gpus: Annotated[int | None, typer.Option(
+        help="GPUs available for tensor parallel (default 1; a laptop part is always 1)")] = None,
+    workload: Annotated[Path | None, typer.Option(
+        help="JSONL of requests (prompt_tokens/output_tokens or text)")] = None,
     context: Annotated[int | None, typer.Option(help="max_model_len: prompt + output tokens per sequence")] = None,
     concurrency: Annotated[int | None, typer.Option(help="concurrent sequences to serve")] = None,
     dtype: Annotated[str, typer.Option(help="weights: auto|bf16|fp16|fp8|int8|int4")] = "auto",
     kv_cache_dtype: Annotated[str, typer.Option(help="auto (16-bit) or fp8")] = "auto",
     gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM's memory fraction")] = 0.9,
     gpu_memory_gib: Annotated[float | None, typer.Option(help="override the GPU's memory (GiB)")] = None,
-    max_num_batched_tokens: Annotated[int | None, typer.Option(help="vLLM's; sizes the profile-run activations")] = None,
+    max_num_batched_tokens: Annotated[int | None, typer.Option(
+        help="vLLM's; sizes the profile-run activations")] = None,
     kv_cache_memory_gib: Annotated[float | None, typer.Option(help="KV memory if known (e.g. from a vLLM log)")] = None,
     fixed_shapes: Annotated[bool, typer.Option(help="inputs have fixed shapes (favours TensorRT)")] = False,
-    interconnect: Annotated[str, typer.Option(help="auto|nvlink|pcie between the node's GPUs (nvidia-smi topo -m)")] = "auto",
-    task: Annotated[str | None, typer.Option(help="embed|generate: what the model is for (default: decided from its files, as tune and serve decide)")] = None,
+    interconnect: Annotated[str, typer.Option(
+        help="auto|nvlink|pcie between the node's GPUs (nvidia-smi topo -m)")] = "auto",
+    task: Annotated[str | None, typer.Option(
+        help="embed|generate: what the model is for (default: decided "
+             "from its files, as tune and serve decide)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON on stdout")] = False,
 ) -> None:
     """Weights per dtype, KV capacity at vLLM's memory fraction, max concurrency, smallest TP that fits,
@@ -60,16 +68,20 @@ def plan_cmd(
         return
     con.print(f"[bold]{r.model}[/] on {r.gpu['name']} ({r.gpu['memory_gib']} GiB, {r.gpu['bandwidth_gbs']} GB/s): "
               f"{r.params / 1e9:.2f} B params ({r.params_active / 1e9:.2f} B active)", highlight=False)
-    con.print("weights: " + ", ".join(f"{d} {b / g:.2f} GiB" for d, b in r.weights_bytes_by_dtype.items()), highlight=False)
-    b = r.memory_budget
-    con.print(f"per GPU at TP={r.tensor_parallel_size or r.valid_tp_sizes[-1]}, {r.dtype}: {b['requested'] / g:.2f} GiB "
-              f"budget - weights {b['weights'] / g:.2f} - activations {b['activation_peak'] / g:.2f} - non-torch "
-              f"{b['non_torch'] / g:.2f} = KV {r.kv_cache_bytes / g:.2f} GiB", highlight=False)
-    con.print(f"KV: {r.kv_bytes_per_token / 1024:.1f} KiB/token ({r.kv_bytes_per_token_per_gpu / 1024:.1f} per GPU), "
-              f"{r.kv_blocks} blocks = {r.kv_tokens} tokens; max concurrency at {r.context} tokens: {r.max_concurrency:.2f}x",
+    con.print("weights: " + ", ".join(f"{d} {b / g:.2f} GiB" for d, b in r.weights_bytes_by_dtype.items()),
               highlight=False)
-    con.print(f"fits: {r.fits}; --max-num-seqs {r.max_num_seqs}; smallest TP: {r.tensor_parallel_size}; TP for {r.concurrency} sequences: "
-              f"{r.tensor_parallel_for_concurrency}; valid TP sizes: {r.valid_tp_sizes}", highlight=False)
+    b = r.memory_budget
+    con.print(f"per GPU at TP={r.tensor_parallel_size or r.valid_tp_sizes[-1]}, {r.dtype}: "
+              f"{b['requested'] / g:.2f} GiB budget - weights {b['weights'] / g:.2f} - activations "
+              f"{b['activation_peak'] / g:.2f} - non-torch {b['non_torch'] / g:.2f} = KV "
+              f"{r.kv_cache_bytes / g:.2f} GiB", highlight=False)
+    con.print(f"KV: {r.kv_bytes_per_token / 1024:.1f} KiB/token ({r.kv_bytes_per_token_per_gpu / 1024:.1f} per GPU), "
+              f"{r.kv_blocks} blocks = {r.kv_tokens} tokens; max concurrency at {r.context} tokens: "
+              f"{r.max_concurrency:.2f}x",
+              highlight=False)
+    con.print(f"fits: {r.fits}; --max-num-seqs {r.max_num_seqs}; smallest TP: {r.tensor_parallel_size}; "
+              f"TP for {r.concurrency} sequences: {r.tensor_parallel_for_concurrency}; "
+              f"valid TP sizes: {r.valid_tp_sizes}", highlight=False)
     for d, x in r.roofline.items():
         pre = f"{x['prefill_ms']:.1f} ms" if x["prefill_ms"] is not None else "n/a (no published peak)"
         con.print(f"  roofline {d:>5}: decode step {x['decode_step_ms_bs1']:.3f} ms (bs=1), prefill of "
@@ -95,10 +107,11 @@ def print_embedding(con, r) -> None:
     e, g, b = r.embedding, 2**30, r.memory_budget
     con.print(f"[bold]{r.model}[/] ({e.arch} embedder: {e.why}) on {r.gpu['name']} ({r.gpu['memory_gib']} GiB, "
               f"{r.gpu['bandwidth_gbs']} GB/s): {r.params / 1e6:.1f} M params", highlight=False)
-    con.print("weights: " + ", ".join(f"{d} {x / g:.3f} GiB" for d, x in r.weights_bytes_by_dtype.items()), highlight=False)
+    con.print("weights: " + ", ".join(f"{d} {x / g:.3f} GiB" for d, x in r.weights_bytes_by_dtype.items()),
+              highlight=False)
     con.print(f"memory at {r.dtype}: weights {b['weights'] / g:.3f} + activations for {e.batch_tokens} batched tokens "
-              f"{b['activation_peak'] / g:.3f} + non-torch {b['non_torch'] / g:.2f} = {e.memory_need_bytes / g:.2f} GiB "
-              f"of {e.memory_available_bytes / g:.2f} GiB usable", highlight=False)
+              f"{b['activation_peak'] / g:.3f} + non-torch {b['non_torch'] / g:.2f} = "
+              f"{e.memory_need_bytes / g:.2f} GiB of {e.memory_available_bytes / g:.2f} GiB usable", highlight=False)
     con.print(f"fits on 1 GPU: {'yes' if r.fits else 'no'}; inputs up to {r.context} tokens; no cache: one forward "
               "pass per input, no tokens generated", highlight=False)
     comp = (f"{e.batch_ms_compute:.3f} ms compute" if e.batch_ms_compute is not None else

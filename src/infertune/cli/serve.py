@@ -30,7 +30,7 @@ Examples:
 
 Batching: items are tokenized, length-sorted within a short window and packed while items x longest <= --batch-tokens (and, on CPU, padded/real tokens <= --max-padding), waiting at most --max-wait-ms for company. With --max-queue requests in flight the next one gets 429 with Retry-After. Over-length input gets 400 naming the limit unless --truncate. SIGTERM/SIGINT: /ready fails, connections are still accepted for --drain-s, then everything accepted is answered and the process exits 0 (a second signal stops at once).
 
-Processes: on CPU one process by default (HTTP + tokenizer threads + the model). With --frontends N (default on GPUs: all cores but two per GPU and two more, at most 12 per GPU) N frontend processes share the port (HTTP, JSON, tokenization, rendering) and one engine process per device (--devices) owns the model and the batching; a dead engine is restarted, /metrics adds up every process. --ceiling measures the forward-only items/s to compare a bench run with."""
+Processes: on CPU one process by default (HTTP + tokenizer threads + the model). With --frontends N (default on GPUs: all cores but two per GPU and two more, at most 12 per GPU) N frontend processes share the port (HTTP, JSON, tokenization, rendering) and one engine process per device (--devices) owns the model and the batching; a dead engine is restarted, /metrics adds up every process. --ceiling measures the forward-only items/s to compare a bench run with."""  # noqa: E501
 
 
 def parse_prompts(items: list[str] | None) -> dict[str, str]:
@@ -40,8 +40,8 @@ def parse_prompts(items: list[str] | None) -> dict[str, str]:
     for item in items or []:
         name, sep, text = item.partition("=")
         if not sep or not name.strip():
-            raise InfertuneError(f"--prompt takes NAME=TEXT (e.g. --prompt 'query=Instruct: find the answer\\nQuery:'), "
-                                 f"got {item!r}")
+            raise InfertuneError("--prompt takes NAME=TEXT "
+                                 f"(e.g. --prompt 'query=Instruct: find the answer\\nQuery:'), got {item!r}")
         out[name.strip()] = text.encode().decode("unicode_escape") if "\\n" in text else text
     return out
 
@@ -55,36 +55,80 @@ def serve_cmd(
     host: Annotated[str, typer.Option(help="interface to bind; loopback unless you mean to expose it")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port (0 = any free port, printed at start)")] = 8000,
     device: Annotated[str | None, typer.Option(help="cpu or cuda (default: the artifact's device, else cpu)")] = None,
-    api_key: Annotated[str | None, typer.Option(envvar="INFERTUNE_API_KEY", help="require 'Authorization: Bearer KEY' on all routes but /health (env INFERTUNE_API_KEY)")] = None,
-    served_model_name: Annotated[str | None, typer.Option(help="model id clients send (default: the model's name)")] = None,
-    batch_tokens: Annotated[int | None, typer.Option(help="padded-token budget per forward pass (default: from the artifact, else 4096 cpu / 16384 cuda)")] = None,
-    max_batch_items: Annotated[int | None, typer.Option(help="cap on items per forward pass (default: artifact, else 256)")] = None,
-    max_batch_tokens: Annotated[int | None, typer.Option(help="under load (more ready items than one --batch-tokens budget) batches grow up to this; default 4x --batch-tokens on CUDA, no growth on CPU")] = None,
-    max_wait_ms: Annotated[float | None, typer.Option(help="max time an item waits for a fuller batch (default: 10% of the artifact's p50 batch time, else 5 ms cpu / 2 ms cuda)")] = None,
-    max_padding: Annotated[float | None, typer.Option(help="close a batch before padded/real tokens pass this ratio (default 1.25 on cpu, where compute scales with padded tokens; off on cuda)")] = None,
+    api_key: Annotated[str | None, typer.Option(
+        envvar="INFERTUNE_API_KEY",
+        help="require 'Authorization: Bearer KEY' on all routes but /health (env INFERTUNE_API_KEY)")] = None,
+    served_model_name: Annotated[str | None, typer.Option(
+        help="model id clients send (default: the model's name)")] = None,
+    batch_tokens: Annotated[int | None, typer.Option(
+        help="padded-token budget per forward pass (default: from the artifact, else 4096 cpu / 16384 cuda)")] = None,
+    max_batch_items: Annotated[int | None, typer.Option(
+        help="cap on items per forward pass (default: artifact, else 256)")] = None,
+    max_batch_tokens: Annotated[int | None, typer.Option(
+        help="under load (more ready items than one --batch-tokens budget) batches grow "
+             "up to this; default 4x --batch-tokens on CUDA, no growth on CPU")] = None,
+    max_wait_ms: Annotated[float | None, typer.Option(
+        help="max time an item waits for a fuller batch (default: 10% of the "
+             "artifact's p50 batch time, else 5 ms cpu / 2 ms cuda)")] = None,
+    max_padding: Annotated[float | None, typer.Option(
+        help="close a batch before padded/real tokens pass this ratio (default 1.25 "
+             "on cpu, where compute scales with padded tokens; off on cuda)")] = None,
     tokenize_workers: Annotated[int | None, typer.Option(help="tokenizer threads (default 1; 2 on 8+ cores)")] = None,
     threads: Annotated[int | None, typer.Option(help="torch threads (default: what tune measured with)")] = None,
     max_queue: Annotated[int, typer.Option(help="requests in flight before new ones get 429")] = 512,
     max_items_per_request: Annotated[int, typer.Option(help="items per request (OpenAI allows 2048)")] = 2048,
     max_body_mb: Annotated[float, typer.Option(help="request body limit in MiB (413 above)")] = 16.0,
     request_timeout_s: Annotated[float, Duration("per-request timeout (504 after)")] = 60.0,
-    truncate: Annotated[bool, typer.Option("--truncate/--reject-long", help="truncate over-length input to the model's limit instead of answering 400")] = False,
+    truncate: Annotated[bool, typer.Option(
+        "--truncate/--reject-long",
+        help="truncate over-length input to the model's limit instead of answering 400")] = False,
     graceful_timeout_s: Annotated[float, Duration("on SIGTERM, how long to wait for in-flight requests")] = 60.0,
-    drain_s: Annotated[float, Duration("on SIGTERM, /ready fails at once but new connections are still accepted (and answered) for this long before the graceful shutdown, so a load balancer can stop routing here", "--drain-s")] = 2.0,
-    frontends: Annotated[int | None, typer.Option(help="HTTP/tokenizer processes sharing the port (default 1 on CPU; on GPUs all cores but two per GPU and two more, <= 12 per GPU). More than one, or several --devices, runs the model in engine processes")] = None,
-    devices: Annotated[str | None, typer.Option(help="with --device cuda: GPUs to serve on, one engine process each, e.g. 0,1 (default: every visible GPU)")] = None,
-    strict_host: Annotated[bool, typer.Option("--strict-host", help="refuse (exit 2) to serve an artifact tuned on a host that differs from this one in what its engine uses (CPU features, GPU compute capability or product, engine version); without it serve prints the difference and the tune command to run here")] = False,
+    drain_s: Annotated[float, Duration(
+        "on SIGTERM, /ready fails at once but new connections are still accepted (and answered) for this "
+        "long before the graceful shutdown, so a load balancer can stop routing here", "--drain-s")] = 2.0,
+    frontends: Annotated[int | None, typer.Option(
+        help="HTTP/tokenizer processes sharing the port (default 1 on CPU; on GPUs all cores but two per GPU and two "
+             "more, <= 12 per GPU). More than one, or several --devices, runs the model in engine processes")] = None,
+    devices: Annotated[str | None, typer.Option(
+        help="with --device cuda: GPUs to serve on, one engine process "
+             "each, e.g. 0,1 (default: every visible GPU)")] = None,
+    strict_host: Annotated[bool, typer.Option(
+        "--strict-host",
+        help="refuse (exit 2) to serve an artifact tuned on a host that differs from this one in what "
+             "its engine uses (CPU features, GPU compute capability or product, engine version); "
+             "without it serve prints the difference and the tune command to run here")] = False,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "warning",
-    worker_process: Annotated[bool, typer.Option("--worker-process/--in-process", help="run the model in a supervised child process that is restarted when it dies (in-flight requests get 503, /metrics counts infertune_worker_restarts_total)")] = False,
-    worker_timeout_s: Annotated[float, Duration("with --worker-process: a forward pass not answered within this is a stall; the worker is killed and restarted")] = 60.0,
-    ceiling: Annotated[bool, typer.Option("--ceiling", help="do not serve: measure the forward-only ceiling (items/s with nothing but the model running, batches packed as the server packs them) on --workload's texts, print it and exit; compare with `infertune bench` against the server")] = False,
-    workload: Annotated[str | None, typer.Option(help="with --ceiling: JSONL/text of inputs (default: the embedded sample)")] = None,
+    worker_process: Annotated[bool, typer.Option(
+        "--worker-process/--in-process",
+        help="run the model in a supervised child process that is restarted when it dies (in-flight "
+             "requests get 503, /metrics counts infertune_worker_restarts_total)")] = False,
+    worker_timeout_s: Annotated[float, Duration(
+        "with --worker-process: a forward pass not answered within "
+        "this is a stall; the worker is killed and restarted")] = 60.0,
+    ceiling: Annotated[bool, typer.Option(
+        "--ceiling",
+        help="do not serve: measure the forward-only ceiling (items/s with nothing but the "
+             "model running, batches packed as the server packs them) on --workload's texts, "
+             "print it and exit; compare with `infertune bench` against the server")] = False,
+    workload: Annotated[str | None, typer.Option(
+        help="with --ceiling: JSONL/text of inputs (default: the embedded sample)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the ServeResult as JSON to stdout on exit")] = False,
-    cuda_graphs: Annotated[str | None, typer.Option(help="auto|on|off|padded|packed: on a GPU, replay each bucketed batch shape of a PyTorch engine as a CUDA graph, checked once against the eager forward (auto: wherever it can run, and a decoder embedder's batches packed padding-free with FlashAttention varlen; padded: graphs over padded batches only; packed: an encoder's batches packed too; off: eager, one Python call per kernel; default: what the artifact's tune measured, else auto)")] = None,
-    task: Annotated[str | None, typer.Option(help="embed: serve a causal-LM checkpoint (*ForCausalLM) as an embedder, e.g. a decoder embedder without modules.json (default: decided from the model's files)")] = None,
-    pooling: Annotated[str | None, typer.Option(help="override the model's pooling: mean|cls|max|last|mean_sqrt_len")] = None,
-    prompt: Annotated[list[str] | None, typer.Option(help="NAME=TEXT: an instruction prompt a request picks with \"prompt_name\": NAME (repeatable; adds to the model's config_sentence_transformers.json prompts)")] = None,
-    default_prompt_name: Annotated[str | None, typer.Option(help="the prompt applied when a request names none (default: the model's own default, else none)")] = None,
+    cuda_graphs: Annotated[str | None, typer.Option(
+        help="auto|on|off|padded|packed: on a GPU, replay each bucketed batch shape of a PyTorch engine "
+             "as a CUDA graph, checked once against the eager forward (auto: wherever it can run, and a "
+             "decoder embedder's batches packed padding-free with FlashAttention varlen; padded: graphs "
+             "over padded batches only; packed: an encoder's batches packed too; off: eager, one Python "
+             "call per kernel; default: what the artifact's tune measured, else auto)")] = None,
+    task: Annotated[str | None, typer.Option(
+        help="embed: serve a causal-LM checkpoint (*ForCausalLM) as an embedder, e.g. a decoder "
+             "embedder without modules.json (default: decided from the model's files)")] = None,
+    pooling: Annotated[str | None, typer.Option(
+        help="override the model's pooling: mean|cls|max|last|mean_sqrt_len")] = None,
+    prompt: Annotated[list[str] | None, typer.Option(
+        help="NAME=TEXT: an instruction prompt a request picks with \"prompt_name\": NAME "
+             "(repeatable; adds to the model's config_sentence_transformers.json prompts)")] = None,
+    default_prompt_name: Annotated[str | None, typer.Option(
+        help="the prompt applied when a request names none (default: the model's own default, else none)")] = None,
 ) -> None:
     from infertune.extras import require
 
@@ -107,14 +151,16 @@ def serve_cmd(
         typer.echo(f"forward-only ceiling of {model} on {c['device']}: {c['items_per_s']:,.1f} items/s (median of "
                    f"n={c['n']} rounds, range {c['min']:,.1f}-{c['max']:,.1f}); {c['texts']} texts, "
                    f"{c['tokens_per_item_mean']} tokens each on average, {c['batches']} batches of "
-                   f"{c['items_per_batch_mean']} items (budget {c['budget_tokens']} padded tokens, <= {c['max_items']} items)",
+                   f"{c['items_per_batch_mean']} items (budget {c['budget_tokens']} padded tokens, "
+                   f"<= {c['max_items']} items)",
                    err=as_json)
         if as_json:
             typer.echo(json.dumps(c, indent=2))
         return
     cfg = ServeConfig(
         model=model, host=host, port=port, device=device, api_key=api_key, served_model_name=served_model_name,
-        batch_tokens=batch_tokens, max_batch_items=max_batch_items, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms,
+        batch_tokens=batch_tokens, max_batch_items=max_batch_items, max_batch_tokens=max_batch_tokens,
+        max_wait_ms=max_wait_ms,
         max_padding=max_padding, tokenize_workers=tokenize_workers, threads=threads, max_queue=max_queue,
         max_items_per_request=max_items_per_request, max_body_bytes=int(max_body_mb * 1024 * 1024),
         request_timeout_s=request_timeout_s, truncate=truncate, graceful_timeout_s=graceful_timeout_s,

@@ -43,7 +43,7 @@ Exit codes:
   0  every drill that ran passed, the soak's latency within --slo
   1  a drill failed (errors, a leak, P99 drift, a hang, no recovery, ...)
   2  a usage error, or nothing answers at the URL
-  4  the server held up, but the soak's latency broke --slo (SLO NOT MET: not a PASS)"""
+  4  the server held up, but the soak's latency broke --slo (SLO NOT MET: not a PASS)"""  # noqa: E501
 
 
 def register(app: typer.Typer) -> None:
@@ -66,14 +66,22 @@ def _faults(text: str) -> list[str]:
 def validate_cmd(
     target: Annotated[str, typer.Argument(help="artifact / model to serve, or http(s) URL of a running server")],
     peak: Annotated[float | None, typer.Option(help="peak req/s (default: found by bench's SLO search)")] = None,
-    slo: Annotated[str, typer.Option(help="per-request SLO, end to end as a client sees it (queueing included): the peak search's target and the soak's bound (a soak over it exits 4)")] = "p99_e2e_ms<=200",
+    slo: Annotated[str, typer.Option(
+        help="per-request SLO, end to end as a client sees it (queueing included): the peak "
+             "search's target and the soak's bound (a soak over it exits 4)")] = "p99_e2e_ms<=200",
     soak: Annotated[float, Duration("soak duration (0 = no soak)")] = "60m",
-    soak_fraction: Annotated[float, typer.Option(help="soak rate as a fraction of the peak (the rate the confirm point starts at)")] = 0.8,
-    soak_confirm: Annotated[float | None, Duration("before the soak, confirm its rate with a point this long (the queue settles) and back off 10% a step until one meets --slo; the soak runs there. Default: soak/4 within 5-60 s when the peak is searched, none with --peak; 0 = off")] = None,
-    faults: Annotated[str, typer.Option(help="kill-worker,stall,burst,oom-guard (or none)")] = "kill-worker,stall,burst,oom-guard",
+    soak_fraction: Annotated[float, typer.Option(
+        help="soak rate as a fraction of the peak (the rate the confirm point starts at)")] = 0.8,
+    soak_confirm: Annotated[float | None, Duration(
+        "before the soak, confirm its rate with a point this long (the queue settles) and "
+        "back off 10% a step until one meets --slo; the soak runs there. Default: soak/4 "
+        "within 5-60 s when the peak is searched, none with --peak; 0 = off")] = None,
+    faults: Annotated[str, typer.Option(
+        help="kill-worker,stall,burst,oom-guard (or none)")] = "kill-worker,stall,burst,oom-guard",
     long_tail: Annotated[bool, typer.Option("--long-tail/--no-long-tail", help="run the long-tail drill")] = True,
     workload: Annotated[Path | None, typer.Option(help="JSONL requests (default: the built-in sample)")] = None,
-    out: Annotated[Path, typer.Option(help="write validate.json, validate.html (and the server log) here")] = Path("runs/validate"),
+    out: Annotated[Path, typer.Option(
+        help="write validate.json, validate.html (and the server log) here")] = Path("runs/validate"),
     max_queue: Annotated[int | None, typer.Option(help="--max-queue of the server validate starts")] = None,
     serve_arg: Annotated[list[str] | None, typer.Option(help="extra flag for `infertune serve` (repeat)")] = None,
     max_error_rate: Annotated[float, typer.Option(help="soak: allowed errors / requests")] = 0.0,
@@ -82,7 +90,8 @@ def validate_cmd(
     recovery_budget: Annotated[float, Duration("kill-worker: time to answer again")] = 30.0,
     burst_factor: Annotated[float, typer.Option(help="burst rate as a multiple of the peak")] = 10.0,
     burst: Annotated[float, Duration("burst duration")] = "5s",
-    stall: Annotated[float | None, Duration("stall duration (default: long enough to fill the queue at the peak rate)")] = None,
+    stall: Annotated[float | None, Duration(
+        "stall duration (default: long enough to fill the queue at the peak rate)")] = None,
     step: Annotated[float, Duration("measured time per long-tail point")] = "5s",
     search_duration: Annotated[float, Duration("measured time per SLO-search point")] = "5s",
     sample_interval: Annotated[float, Duration("RSS / metrics sampling period")] = 1.0,

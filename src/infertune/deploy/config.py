@@ -34,7 +34,8 @@ class DeployConfig(BaseModel):
     model_host_path: str | None = Field(None, description="node path holding the model (hostPath)")
     model_path_in_volume: str | None = Field(None, description="the model's directory inside the volume")
     image: str | None = None
-    cuda: str | None = Field(None, description="vLLM: the CUDA version the nodes' driver supports (default: this host's)")
+    cuda: str | None = Field(None,
+                             description="vLLM: the CUDA version the nodes' driver supports (default: this host's)")
     memory_headroom: float = Field(0.3, ge=0, le=4, description="memory request/limit = measured peak x (1 + this)")
     name: str | None = Field(None, description="app name (default: from the model)")
     port: int = Field(8000, ge=1, le=65535)

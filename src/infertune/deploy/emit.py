@@ -17,7 +17,8 @@ def dump_yaml(docs: list[dict[str, Any]]) -> str:
         def ignore_aliases(self, data: Any) -> bool:
             return True
 
-    return "---\n".join(yaml.dump(d, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=10**6)  # no folded lines: commands stay whole
+    # no folded lines: commands stay whole
+    return "---\n".join(yaml.dump(d, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=10**6)
                          for d in docs)
 
 
@@ -89,7 +90,8 @@ def image_scripts(cfg: DeployConfig, w: Workload) -> dict[str, str]:
                                  f"#   docker tag {image} REGISTRY/{image} && docker push REGISTRY/{image}\n"
                                  f"# and deploy with --image REGISTRY/{image}\nset -e\n{w.image.build}\n")
     if w.nodes == 1:
-        out["image/run.sh"] = f"#!/bin/sh\n# one container on this host, like compose.yaml's first service\n{docker_run(cfg, w, image)}\n"
+        out["image/run.sh"] = (f"#!/bin/sh\n# one container on this host, like compose.yaml's first service\n"
+                               f"{docker_run(cfg, w, image)}\n")
     return out
 
 

@@ -18,7 +18,8 @@ from pydantic import BaseModel
 from infertune.hardware.engine_features import NFD_CPUID, EngineFeatures
 
 NFD = "feature.node.kubernetes.io/cpu-cpuid."
-GFD_PRODUCT, GFD_MAJOR, GFD_MINOR = "nvidia.com/gpu.product", "nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor"
+GFD_PRODUCT, GFD_MAJOR, GFD_MINOR = ("nvidia.com/gpu.product", "nvidia.com/gpu.compute.major",
+                                     "nvidia.com/gpu.compute.minor")
 GFD_MEMORY, GFD_DRIVER_MAJOR = "nvidia.com/gpu.memory", "nvidia.com/cuda.driver.major"
 Obj = dict[str, Any]
 

@@ -30,8 +30,8 @@ def board(text: str | None) -> list[Finding]:
     off = [r["index"] for r in rows if r["persistence"].lower() == "disabled"]
     if off:
         out.append(Finding(check="persistence-mode", level="warning", message=f"persistence mode is off on GPU "
-                           f"{', '.join(off)}: the driver tears the GPU state down when the last process exits, so every "
-                           "start pays seconds of initialisation and clocks/ECC settings do not stick",
+                           f"{', '.join(off)}: the driver tears the GPU state down when the last process exits, "
+                           "so every start pays seconds of initialisation and clocks/ECC settings do not stick",
                            fix="sudo systemctl enable --now nvidia-persistenced (or sudo nvidia-smi -pm 1)"))
     by_name: dict[str, set[str]] = {}
     for r in rows:
@@ -69,7 +69,8 @@ def topology(text: str | None) -> list[Finding]:
     links = parse_topo(text or "")
     slow = {pair: v for pair, v in links.items() if not v.startswith("NV")}
     if not links or not slow:
-        return [Finding(check="topology", level="ok", message=f"{len(links)} GPU pair(s), all over NVLink")] if links else []
+        return [Finding(check="topology", level="ok",
+                        message=f"{len(links)} GPU pair(s), all over NVLink")] if links else []
     kinds = sorted(set(slow.values()))
     pairs = ", ".join(f"{a}-{b} {v}" for (a, b), v in sorted(slow.items())[:6]) + (" ..." if len(slow) > 6 else "")
     return [Finding(check="topology", level="warning", message=f"{len(slow)} of {len(links)} GPU pairs have no NVLink "
@@ -78,8 +79,8 @@ def topology(text: str | None) -> list[Finding]:
                     "pipeline parallel across groups; with no NVLink at all, prefer one GPU per replica")]
 
 
-_SMI_PROC = re.compile(r"^\|\s+(?P<gpu>\d+)\s+(?:\S+\s+\S+\s+)?(?P<pid>\d+)\s+(?P<type>C\+G|M\+C|[CGM])\s+(?P<name>.+?)\s+"
-                       r"(?P<mib>\d+)MiB\s*\|", re.M)
+_SMI_PROC = re.compile(r"^\|\s+(?P<gpu>\d+)\s+(?:\S+\s+\S+\s+)?(?P<pid>\d+)\s+(?P<type>C\+G|M\+C|[CGM])\s+"
+                       r"(?P<name>.+?)\s+(?P<mib>\d+)MiB\s*\|", re.M)
 
 
 def parse_processes(p: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -109,6 +110,6 @@ def gpu_processes(p: dict[str, Any] | None, gpus: list[dict[str, Any]]) -> list[
                            f"({share:.0%}) held by {who}" + (f": vLLM's --gpu-memory-utilization {VLLM_UTIL} needs "
                                                              f"{VLLM_UTIL:.0%} free" if level == "error" else ""),
                            fix="" if level == "ok" else "stop those processes or move them to another GPU (a display "
-                           "server: run it on the integrated GPU, or Option \"ProbeAllGpus\" \"false\" for Xorg); or lower "
-                           "--gpu-memory-utilization below the free share", data={"processes": mine}))
+                           "server: run it on the integrated GPU, or Option \"ProbeAllGpus\" \"false\" for Xorg); "
+                           "or lower --gpu-memory-utilization below the free share", data={"processes": mine}))
     return out

@@ -28,7 +28,8 @@ def _host(f: list[Finding], h: dict[str, Any]) -> None:
                      f"logical / {h['cpu_physical']} physical cores; ISA: {isa}"))
     f.append(Finding(check="ram", level="ok" if h["ram_bytes"] >= 8 * GIB else "warning",
                      message=f"{_gib(h['ram_bytes'])} RAM",
-                     fix="" if h["ram_bytes"] >= 8 * GIB else "loading models needs RAM for at least one copy of the weights"))
+                     fix="" if h["ram_bytes"] >= 8 * GIB
+                         else "loading models needs RAM for at least one copy of the weights"))
 
 
 def _no_gpu(f: list[Finding], n: dict, lc: dict, smi: dict, h: dict, e: dict) -> bool:
@@ -38,7 +39,8 @@ def _no_gpu(f: list[Finding], n: dict, lc: dict, smi: dict, h: dict, e: dict) ->
     if h["container"] and e.get("NVIDIA_VISIBLE_DEVICES") not in (None, "", "void", "none"):
         f.append(Finding(check="gpu", level="warning", message="in a container with NVIDIA_VISIBLE_DEVICES set, "
                          "but no /dev/nvidia* nodes and no libcuda.so.1: the container was started without GPU access",
-                         fix="start it with `docker run --gpus all` (or --runtime=nvidia) and the NVIDIA Container Toolkit"))
+                         fix="start it with `docker run --gpus all` (or --runtime=nvidia) "
+                         "and the NVIDIA Container Toolkit"))
     else:
         f.append(Finding(check="gpu", level="ok", message="no NVIDIA GPU on this host (no /dev/nvidia* nodes, no "
                          "nvidia-smi, libcuda.so.1 not loadable): CPU only; infertune tune/serve use the CPU"))
@@ -50,9 +52,11 @@ def _driver(f: list[Finding], n: dict, lc: dict, nv: dict, smi: dict) -> tuple[s
     driver = nv.get("driver") or (gpus[0].get("driver") if gpus else None)
     cuda = lc.get("cuda_version") or smi.get("cuda_version") or (max_cuda_for_driver(driver) if driver else None)
     via = smi.get("source", "nvidia-smi")
-    note = "" if via == "nvml" else " (read with nvidia-smi: nvidia-ml-py is not installed; `pip install nvidia-ml-py` for direct NVML queries)"
+    note = "" if via == "nvml" else (" (read with nvidia-smi: nvidia-ml-py is not installed; "
+                                     "`pip install nvidia-ml-py` for direct NVML queries)")
     if driver:
-        f.append(Finding(check="driver", level="ok", message=f"NVIDIA driver {driver}, CUDA driver API {cuda or '?'}{note}",
+        f.append(Finding(check="driver", level="ok",
+                         message=f"NVIDIA driver {driver}, CUDA driver API {cuda or '?'}{note}",
                          data={"driver": driver, "cuda": cuda, "source": via}))
     elif smi.get("error"):
         f.append(Finding(check="driver", level="error", message=f"nvidia-smi failed: {smi['error'][:200]}",
@@ -64,7 +68,8 @@ def _driver(f: list[Finding], n: dict, lc: dict, nv: dict, smi: dict) -> tuple[s
     if lc.get("loadable"):
         f.append(Finding(check="libcuda", level="ok", message=f"libcuda.so.1 loads from {lc.get('path') or '?'}"))
     else:
-        f.append(Finding(check="libcuda", level="error", message=f"libcuda.so.1 cannot be loaded: {lc.get('error', '')[:160]}",
+        f.append(Finding(check="libcuda", level="error",
+                         message=f"libcuda.so.1 cannot be loaded: {lc.get('error', '')[:160]}",
                          fix="in a container: start it with --gpus all and the NVIDIA Container Toolkit so the driver "
                          "libraries are mounted; on a host: install the driver"))
     if nv.get("loadable") and nv.get("init_rc") == 0:
@@ -77,8 +82,10 @@ def _driver(f: list[Finding], n: dict, lc: dict, nv: dict, smi: dict) -> tuple[s
     dev = n["dev"]
     missing = [d for d in ("/dev/nvidiactl", "/dev/nvidia-uvm") if d not in dev]
     f.append(Finding(check="device-nodes", level="warning" if missing else "ok",
-                     message=f"device nodes: {', '.join(dev) or 'none'}" + (f"; missing {', '.join(missing)}" if missing else ""),
-                     fix="sudo nvidia-modprobe -c 0 -u (creates /dev/nvidia-uvm); in a container use --gpus" if missing else ""))
+                     message=f"device nodes: {', '.join(dev) or 'none'}"
+                     + (f"; missing {', '.join(missing)}" if missing else ""),
+                     fix="sudo nvidia-modprobe -c 0 -u (creates /dev/nvidia-uvm); in a container use --gpus"
+                         if missing else ""))
     return driver, cuda
 
 
@@ -86,18 +93,22 @@ def _gpu(f: list[Finding], g: dict) -> None:
     i = g.get("index")
     mem = f"{g['memory_mib'] / 1024:.1f} GiB" if g.get("memory_mib") else "?"
     clocks = f"SM {g.get('sm_clock_mhz')}/{g.get('sm_clock_max_mhz')} MHz" if g.get("sm_clock_max_mhz") else ""
-    f.append(Finding(check=f"gpu{i}", level="ok", message=f"GPU {i}: {g.get('name')}, compute capability {g.get('cc')}, "
+    f.append(Finding(check=f"gpu{i}", level="ok",
+                     message=f"GPU {i}: {g.get('name')}, compute capability {g.get('cc')}, "
                      f"{mem}, ECC {g.get('ecc') or 'n/a'}, MIG {g.get('mig') or 'n/a'}, {g.get('temperature_c')} C, "
                      f"{clocks}, power {g.get('power_w')}/{g.get('power_limit_w')} W", data=g))
     reasons = g.get("clock_reasons")
     if isinstance(reasons, int):
         slow = [name for bit, name in SLOWDOWN_BITS.items() if reasons & bit]
         if slow:
-            f.append(Finding(check=f"gpu{i}-throttle", level="warning", message=f"GPU {i} clocks held back now: {', '.join(slow)}",
-                             fix="check cooling and power limits (nvidia-smi -q -d PERFORMANCE); measurements taken now understate the GPU"))
+            f.append(Finding(check=f"gpu{i}-throttle", level="warning",
+                             message=f"GPU {i} clocks held back now: {', '.join(slow)}",
+                             fix="check cooling and power limits (nvidia-smi -q -d PERFORMANCE); "
+                             "measurements taken now understate the GPU"))
     errs = g.get("ecc_uncorrected_volatile")
     if isinstance(errs, int) and errs > 0:
-        f.append(Finding(check=f"gpu{i}-ecc", level="error", message=f"GPU {i}: {errs} uncorrectable ECC errors since the driver loaded",
+        f.append(Finding(check=f"gpu{i}-ecc", level="error",
+                         message=f"GPU {i}: {errs} uncorrectable ECC errors since the driver loaded",
                          fix="reset the GPU / reload the driver to retire the pages; drain and RMA if it repeats"))
     if str(g.get("retired_pages_pending")).lower() in ("yes", "1", "true"):
         f.append(Finding(check=f"gpu{i}-retired-pages", level="warning", message=f"GPU {i}: retired pages pending",
@@ -108,26 +119,33 @@ def _gpu(f: list[Finding], g: dict) -> None:
                          "(nvidia-smi -L); size models against the instance's memory, not the GPU's"))
     cc = vtuple(g.get("cc"))
     if cc and cc < (8, 0):
-        f.append(Finding(check=f"gpu{i}-features", level="warning", message=f"GPU {i} (compute capability {g.get('cc')}) "
-                         "has no bfloat16 and no FlashAttention-2", fix="serve in float16 (--dtype half) with SDPA attention"))
+        f.append(Finding(check=f"gpu{i}-features", level="warning",
+                         message=f"GPU {i} (compute capability {g.get('cc')}) has no bfloat16 and no FlashAttention-2",
+                         fix="serve in float16 (--dtype half) with SDPA attention"))
     elif cc and cc < (8, 9):
-        f.append(Finding(check=f"gpu{i}-features", level="ok", message=f"GPU {i}: bf16 and FlashAttention-2 yes; no FP8 "
+        f.append(Finding(check=f"gpu{i}-features", level="ok",
+                         message=f"GPU {i}: bf16 and FlashAttention-2 yes; no FP8 "
                          "tensor cores (FP8 checkpoints run as weight-only FP8 through Marlin kernels)"))
 
 
 def _torch(f: list[Finding], t: dict, gpus: list[dict], driver: str | None, dcuda: str | None) -> None:
     if not t.get("installed"):
         f.append(Finding(check="torch", level="ok" if not gpus else "warning",
-                         message=f"torch not importable: {t.get('import_error') or t.get('error', 'not installed')}"[:300],
+                         message=("torch not importable: "
+                                  f"{t.get('import_error') or t.get('error', 'not installed')}")[:300],
                          fix="pip install torch (pick the CUDA wheel matching the driver)" if gpus else ""))
         return
     arch = t.get("arch_list") or []
     f.append(Finding(check="torch", level="ok", message=f"torch {t['version']}, built for CUDA {t.get('cuda') or '-'}"
-                     f"{', ROCm ' + t['hip'] if t.get('hip') else ''}; arch list: {' '.join(arch) or 'none (CPU build)'}; "
-                     f"cuda.is_available() = {t.get('cuda_available')}", data={k: t.get(k) for k in ("version", "cuda", "arch_list", "cudnn")}))
+                     f"{', ROCm ' + t['hip'] if t.get('hip') else ''}; "
+                     f"arch list: {' '.join(arch) or 'none (CPU build)'}; "
+                     f"cuda.is_available() = {t.get('cuda_available')}",
+                     data={k: t.get(k) for k in ("version", "cuda", "arch_list", "cudnn")}))
     if gpus and not t.get("cuda"):
-        f.append(Finding(check="torch-build", level="error", message="this host has an NVIDIA GPU but torch is a CPU build",
-                         fix=f"pip install torch --index-url https://download.pytorch.org/whl/cu{(dcuda or '12.8').replace('.', '')}"))
+        f.append(Finding(check="torch-build", level="error",
+                         message="this host has an NVIDIA GPU but torch is a CPU build",
+                         fix="pip install torch --index-url "
+                         f"https://download.pytorch.org/whl/cu{(dcuda or '12.8').replace('.', '')}"))
         return
     if t.get("cuda"):
         lvl, msg, fix = runtime_vs_driver(t["cuda"], dcuda, driver)
@@ -141,16 +159,19 @@ def _torch(f: list[Finding], t: dict, gpus: list[dict], driver: str | None, dcud
         ok, by = arch_covers(arch, g.get("cc") or "")
         if ok:
             f.append(Finding(check=f"torch-arch-gpu{g.get('index')}", level="ok",
-                             message=f"torch has kernels for GPU {g.get('index')} (compute capability {g.get('cc')}) via {by}"))
+                             message=f"torch has kernels for GPU {g.get('index')} "
+                             f"(compute capability {g.get('cc')}) via {by}"))
         else:
             f.append(Finding(check=f"torch-arch-gpu{g.get('index')}", level="error",
                              message=f"torch {t['version']} has no kernels for compute capability {g.get('cc')} "
-                             f"(arch list {' '.join(arch)}): 'no kernel image is available for execution on the device'",
+                             f"(arch list {' '.join(arch)}): "
+                             "'no kernel image is available for execution on the device'",
                              fix="install a torch wheel whose arch list covers this GPU (cu128 or newer for Blackwell; "
                              "cu126 or older for Maxwell/Pascal/Volta)"))
 
 
-def _stack(f: list[Finding], pk: dict, ort: dict, t: dict, dcuda: str | None, driver: str | None, has_gpu: bool) -> None:
+def _stack(f: list[Finding], pk: dict, ort: dict, t: dict, dcuda: str | None, driver: str | None,
+           has_gpu: bool) -> None:
     v = pk["versions"]
     majors: dict[str, int] = {k: m for k, m in pk["cuda_majors"].items() if m}
     if t.get("cuda"):
@@ -162,18 +183,22 @@ def _stack(f: list[Finding], pk: dict, ort: dict, t: dict, dcuda: str | None, dr
         listed.append("TensorRT " + ", ".join(pk["tensorrt_dists"]))
     if ort.get("installed"):
         listed.append(f"onnxruntime {ort['version']} (providers: {', '.join(ort.get('providers', []))})")
-    f.append(Finding(check="packages", level="ok", message="; ".join(listed) or "no vLLM, TensorRT, onnxruntime or torchao installed",
+    f.append(Finding(check="packages", level="ok",
+                     message="; ".join(listed) or "no vLLM, TensorRT, onnxruntime or torchao installed",
                      data={"versions": v, "cuda_majors": majors}))
     if "onnxruntime" in v and "onnxruntime-gpu" in v:
         f.append(Finding(check="onnxruntime-dup", level="warning", message="both onnxruntime and onnxruntime-gpu are "
-                         "installed; they overwrite each other's files", fix="pip uninstall onnxruntime onnxruntime-gpu; pip install onnxruntime-gpu"))
+                         "installed; they overwrite each other's files",
+                         fix="pip uninstall onnxruntime onnxruntime-gpu; pip install onnxruntime-gpu"))
     if has_gpu and "onnxruntime-gpu" in v and "CUDAExecutionProvider" not in ort.get("providers", []):
-        f.append(Finding(check="onnxruntime-cuda", level="warning", message="onnxruntime-gpu has no CUDAExecutionProvider: "
-                         "sessions silently run on the CPU", fix="install the onnxruntime-gpu build for your CUDA/cuDNN majors"))
+        f.append(Finding(check="onnxruntime-cuda", level="warning",
+                         message="onnxruntime-gpu has no CUDAExecutionProvider: sessions silently run on the CPU",
+                         fix="install the onnxruntime-gpu build for your CUDA/cuDNN majors"))
     if len(set(majors.values())) > 1:
         f.append(Finding(check="cuda-majors", level="warning", message="CUDA majors differ across packages: "
                          + ", ".join(f"{k} {m}" for k, m in sorted(majors.items())) + " (one library may fail to load "
-                         "'libcudart.so.N' or pick up the wrong one)", fix="install one CUDA major for the whole stack"))
+                         "'libcudart.so.N' or pick up the wrong one)",
+                         fix="install one CUDA major for the whole stack"))
     for k, m in majors.items():
         if k != "torch" and has_gpu:
             lvl, msg, fix = runtime_vs_driver(f"{m}.0", dcuda, driver)
@@ -191,10 +216,13 @@ def _visible(f: list[Finding], e: dict, gpus: list[dict], h: dict) -> None:
             f.append(Finding(check="cuda-visible-devices", level="warning", message="CUDA_VISIBLE_DEVICES is set but "
                              "empty: CUDA sees no GPU", fix="unset CUDA_VISIBLE_DEVICES or list device indices"))
         elif bad or out_of_range or len(set(ids)) != len(ids):
-            f.append(Finding(check="cuda-visible-devices", level="warning", message=f"CUDA_VISIBLE_DEVICES={cvd!r}: "
-                             f"{'invalid ' + ','.join(bad) if bad else ''}{' indices beyond the ' + str(len(gpus)) + ' GPU(s) ' + ','.join(out_of_range) if out_of_range else ''}"
-                             f"{' duplicates' if len(set(ids)) != len(ids) else ''}; CUDA ignores everything after the first bad entry",
-                             fix="use indices from `nvidia-smi -L` (or GPU-/MIG- UUIDs), each once"))
+            f.append(Finding(
+                check="cuda-visible-devices", level="warning", message=f"CUDA_VISIBLE_DEVICES={cvd!r}: "
+                f"{'invalid ' + ','.join(bad) if bad else ''}"
+                f"{' indices beyond the ' + str(len(gpus)) + ' GPU(s) ' + ','.join(out_of_range) if out_of_range else ''}"  # noqa: E501
+                f"{' duplicates' if len(set(ids)) != len(ids) else ''}; "
+                "CUDA ignores everything after the first bad entry",
+                fix="use indices from `nvidia-smi -L` (or GPU-/MIG- UUIDs), each once"))
         else:
             f.append(Finding(check="cuda-visible-devices", level="ok", message=f"CUDA_VISIBLE_DEVICES={cvd}"))
     if gpus and len(gpus) > 1 and e.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
@@ -203,7 +231,8 @@ def _visible(f: list[Finding], e: dict, gpus: list[dict], h: dict) -> None:
     shm = h.get("shm_bytes")
     if h.get("container") and shm is not None and shm < GIB:
         f.append(Finding(check="shm", level="warning", message=f"/dev/shm is {shm / 2**20:.0f} MiB in this container: "
-                         "NCCL (multi-GPU) and DataLoader workers need more", fix="docker run --ipc=host (or --shm-size=16g)"))
+                         "NCCL (multi-GPU) and DataLoader workers need more",
+                         fix="docker run --ipc=host (or --shm-size=16g)"))
 
 
 def _hybrid(f: list[Finding], adapters: list[dict], n: dict, has_gpu: bool) -> None:
@@ -219,8 +248,9 @@ def _hybrid(f: list[Finding], adapters: list[dict], n: dict, has_gpu: bool) -> N
                          fix="sudo prime-select on-demand (keeps the NVIDIA driver loaded for CUDA while the "
                          "integrated GPU drives the display), then reboot" if bad else ""))
     elif not has_gpu and "NVIDIA" in vendors:
-        f.append(Finding(check="hybrid-gpu", level="error", message="an NVIDIA display adapter is on the PCI bus but no "
-                         "driver is loaded", fix="install the NVIDIA driver (check Secure Boot / nouveau)"))
+        f.append(Finding(check="hybrid-gpu", level="error",
+                         message="an NVIDIA display adapter is on the PCI bus but no driver is loaded",
+                         fix="install the NVIDIA driver (check Secure Boot / nouveau)"))
 
 
 def probes_before_serving(f: list[Finding], adapters: list[dict], n: dict, gpus: list[dict]) -> dict:
@@ -266,7 +296,8 @@ def doctor(cfg: DoctorConfig | None = None) -> DoctorReport:
     rts = probes.cuda_runtimes()
     if rts or not no_gpu:
         f.append(Finding(check="cuda-runtimes", level="ok", message="CUDA runtimes found: " + (", ".join(
-            f"{r['name']} {r.get('version', '')}".strip() + f" ({r['kind']})" for r in rts) or "none outside the Python wheels"),
+            f"{r['name']} {r.get('version', '')}".strip() + f" ({r['kind']})" for r in rts)
+            or "none outside the Python wheels"),
             data={"runtimes": rts}))
     _stack(f, pk, ort, t, dcuda, driver, bool(gpus))
     _visible(f, e, gpus, h)

@@ -19,8 +19,9 @@ def secure_boot(sb: str | None, nvidia_gpu: bool, nvidia_loaded: bool) -> list[F
         return []
     return [Finding(check="secure-boot", level="error", message="Secure Boot is enabled and the nvidia kernel module "
                     "is not loaded: the kernel refuses a module not signed by an enrolled key",
-                    fix="sudo mokutil --import /var/lib/dkms/mok.pub (Ubuntu: /var/lib/shim-signed/mok/MOK.der), reboot "
-                    "and enroll it in the MOK manager; or install the distribution's signed driver; or turn Secure Boot off")]
+                    fix="sudo mokutil --import /var/lib/dkms/mok.pub (Ubuntu: /var/lib/shim-signed/mok/MOK.der), "
+                    "reboot and enroll it in the MOK manager; or install the distribution's signed driver; "
+                    "or turn Secure Boot off")]
 
 
 def parse_dkms(text: str) -> list[dict[str, str]]:
@@ -46,8 +47,8 @@ def dkms(text: str | None, kernel: str, modinfo: str | None, nvidia_gpu: bool, n
         built = ", ".join(f"{r['version']} for {r['kernel'] or '(no kernel)'} ({r['state']})" for r in rows)
         return [Finding(check="dkms", level="error", message=f"DKMS has the nvidia module built {built}, not for the "
                         f"running kernel {kernel}: the driver cannot load",
-                        fix=f"sudo apt install linux-headers-{kernel} (dnf: kernel-devel-{kernel}) && sudo dkms autoinstall "
-                        f"-k {kernel}, then sudo modprobe nvidia")]
+                        fix=f"sudo apt install linux-headers-{kernel} (dnf: kernel-devel-{kernel}) "
+                        f"&& sudo dkms autoinstall -k {kernel}, then sudo modprobe nvidia")]
     if not rows and modinfo is not None and "not found" in modinfo:
         return [Finding(check="dkms", level="error", message=f"no nvidia kernel module for the running kernel {kernel} "
                         "(modinfo nvidia: not found)", fix="install the driver's kernel module for this kernel (the "
@@ -77,7 +78,8 @@ def container_runtime(daemon_json: str | None, toolkit: list[str], docker: bool,
         return []
     fix_rt = "sudo nvidia-ctk runtime configure --runtime=docker --set-as-default && sudo systemctl restart docker"
     if not toolkit:
-        return [Finding(check="container-toolkit", level="error", message="Docker is installed but the NVIDIA Container "
+        return [Finding(check="container-toolkit", level="error",
+                        message="Docker is installed but the NVIDIA Container "
                         "Toolkit is not (no nvidia-ctk / nvidia-container-cli): `docker run --gpus` fails with 'could "
                         "not select device driver \"\" with capabilities: [[gpu]]'",
                         fix="install nvidia-container-toolkit (NVIDIA's apt/dnf repository), then " + fix_rt)]
@@ -89,20 +91,22 @@ def container_runtime(daemon_json: str | None, toolkit: list[str], docker: bool,
     out = []
     if "nvidia" not in (cfg.get("runtimes") or {}):
         out.append(Finding(check="daemon-json-runtime", level="warning", message="/etc/docker/daemon.json registers no "
-                           "'nvidia' runtime: --runtime=nvidia and Kubernetes through dockerd cannot reach the GPU", fix=fix_rt))
+                           "'nvidia' runtime: --runtime=nvidia and Kubernetes through dockerd cannot reach the GPU",
+                           fix=fix_rt))
     elif cfg.get("default-runtime") != "nvidia":
         out.append(Finding(check="daemon-json-runtime", level="warning", message=f"Docker's default runtime is "
-                           f"{cfg.get('default-runtime') or 'runc'}, not nvidia: a container started without --gpus (docker "
-                           "build, a Kubernetes node on dockerd) sees no GPU", fix=fix_rt))
+                           f"{cfg.get('default-runtime') or 'runc'}, not nvidia: a container started without "
+                           "--gpus (docker build, a Kubernetes node on dockerd) sees no GPU", fix=fix_rt))
     memlock, stack = _ulimit(cfg, "memlock"), _ulimit(cfg, "stack")
     if memlock != -1 or stack is None or stack < STACK_BYTES:
-        out.append(Finding(check="daemon-json-ulimits", level="warning", message=f"Docker's default ulimits: memlock "
-                           f"{'unlimited' if memlock == -1 else memlock if memlock is not None else 'Docker default (8 MiB)'}, "
-                           f"stack {stack if stack is not None else 'default (8 MiB)'}: pinned host memory and NCCL fail with "
-                           "'[Errno 12] Cannot allocate memory' in containers without --ulimit",
-                           fix='add "default-ulimits": {"memlock": {"Name": "memlock", "Soft": -1, "Hard": -1}, "stack": '
-                           f'{{"Name": "stack", "Soft": {STACK_BYTES}, "Hard": {STACK_BYTES}}}}} to daemon.json, or run with '
-                           f"--ulimit memlock=-1 --ulimit stack={STACK_BYTES} (deploy's compose.yaml has them)"))
+        out.append(Finding(
+            check="daemon-json-ulimits", level="warning", message=f"Docker's default ulimits: memlock "
+            f"{'unlimited' if memlock == -1 else memlock if memlock is not None else 'Docker default (8 MiB)'}, "
+            f"stack {stack if stack is not None else 'default (8 MiB)'}: pinned host memory and NCCL fail with "
+            "'[Errno 12] Cannot allocate memory' in containers without --ulimit",
+            fix='add "default-ulimits": {"memlock": {"Name": "memlock", "Soft": -1, "Hard": -1}, "stack": '
+            f'{{"Name": "stack", "Soft": {STACK_BYTES}, "Hard": {STACK_BYTES}}}}} to daemon.json, or run with '
+            f"--ulimit memlock=-1 --ulimit stack={STACK_BYTES} (deploy's compose.yaml has them)"))
     return out
 
 
@@ -114,5 +118,5 @@ def memlock(limits: str | None, has_gpu: bool) -> list[Finding]:
     soft = int(m.group(1))
     return [Finding(check="memlock", level="warning", message=f"locked-memory limit {soft // 1024} KiB (ulimit -l): "
                     "pinning host memory for GPU transfers and NCCL can fail with '[Errno 12] Cannot allocate memory'",
-                    fix="docker run --ulimit memlock=-1 (compose: ulimits: memlock: -1); on a host: LimitMEMLOCK=infinity "
-                    "in the service unit, or memlock unlimited in /etc/security/limits.conf")]
+                    fix="docker run --ulimit memlock=-1 (compose: ulimits: memlock: -1); on a host: "
+                    "LimitMEMLOCK=infinity in the service unit, or memlock unlimited in /etc/security/limits.conf")]

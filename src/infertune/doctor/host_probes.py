@@ -38,14 +38,16 @@ def gpu_processes() -> dict[str, Any]:
     try:
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            for kind, fn in (("C", "nvmlDeviceGetComputeRunningProcesses"), ("G", "nvmlDeviceGetGraphicsRunningProcesses")):
+            for kind, fn in (("C", "nvmlDeviceGetComputeRunningProcesses"),
+                             ("G", "nvmlDeviceGetGraphicsRunningProcesses")):
                 for p in getattr(pynvml, fn)(h):
                     try:
                         name = pynvml.nvmlSystemGetProcessName(p.pid)
                     except Exception:  # noqa: BLE001 - another PID namespace
                         name = "?"
                     used = p.usedGpuMemory
-                    procs.append({"gpu": i, "pid": p.pid, "type": kind, "name": name.decode() if isinstance(name, bytes) else name,
+                    procs.append({"gpu": i, "pid": p.pid, "type": kind,
+                                  "name": name.decode() if isinstance(name, bytes) else name,
                                   "used_mib": None if used is None else used // 2**20})
     finally:
         pynvml.nvmlShutdown()

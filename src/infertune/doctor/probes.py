@@ -155,7 +155,8 @@ def gpus_smi() -> dict[str, Any]:
     fields = list(SMI_FIELDS)
     r = run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
     if r is None or r[0] != 0:  # an older driver: keep only the fields it knows
-        fields = [f for f in SMI_FIELDS if (x := run(["nvidia-smi", f"--query-gpu={f}", "--format=csv,noheader"])) and x[0] == 0]
+        fields = [f for f in SMI_FIELDS
+                  if (x := run(["nvidia-smi", f"--query-gpu={f}", "--format=csv,noheader"])) and x[0] == 0]
         r = run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
     rows = []
     for line in (r[1] if r and r[0] == 0 else "").strip().splitlines():

@@ -52,7 +52,8 @@ def export_generator(cfg: Any, ref: Any, wl: Any, out: Path, t0: float):
     out.mkdir(parents=True, exist_ok=True)
     header = (f"TensorRT-LLM engine for {cfg.model}, written by `infertune export` (run where TensorRT-LLM is\n"
               f"installed; TRTLLM=<your TensorRT-LLM checkout>). Lengths from {len(requests)} requests of {source}:\n"
-              f"prompts up to {max_input} tokens, prompt + output up to {max_seq}. `infertune plan {cfg.model} --gpu G`\n"
+              f"prompts up to {max_input} tokens, prompt + output up to {max_seq}. "
+              f"`infertune plan {cfg.model} --gpu G`\n"
               "sizes the batch and tensor parallel for a GPU.")
     path = out / "tensorrt-llm.sh"
     path.write_text(script(list(steps.items()), header))

@@ -1,5 +1,5 @@
 """Export an encoder + pooling (or a TorchScript module) to ONNX (opset >= 17, dynamic batch and sequence axes) and verify
-that ONNX Runtime reproduces PyTorch on real batches before anyone uses it."""
+that ONNX Runtime reproduces PyTorch on real batches before anyone uses it."""  # noqa: E501
 
 from __future__ import annotations
 

@@ -85,8 +85,8 @@ def trtexec_build(onnx: str, engine: str, profiles: list[Profile], inputs: tuple
         ("build only: timing the engine is the next command's job", ["trtexec", f"--onnx={onnx}",
                                                                     f"--saveEngine={engine}", "--skipInference"])]
     for n, p in enumerate(profiles):
-        parts.append((f"profile {n}: inputs of {p.min_len}-{p.max_len} tokens (workload inputs in it: {p.items}), tuned "
-                      f"for {p.rows} x {p.opt_len}; every input named",
+        parts.append((f"profile {n}: inputs of {p.min_len}-{p.max_len} tokens (workload inputs in it: {p.items}), "
+                      f"tuned for {p.rows} x {p.opt_len}; every input named",
                       [f"--minShapes={p.shapes('min', inputs)}", f"--optShapes={p.shapes('opt', inputs)}",
                        f"--maxShapes={p.shapes('max', inputs)}"]))
     prec = PRECISION_FLAG.get(precision, ["--fp16"])
@@ -101,7 +101,8 @@ def trtexec_build(onnx: str, engine: str, profiles: list[Profile], inputs: tuple
         ("keep the measured layer timings: a rebuild (new shapes, new ONNX) skips re-timing the same layers; "
          "the cache is valid for this GPU model and TensorRT version only", ["--timingCacheFile=timing.cache"]),
         (f"cap the scratch memory tactics may use at {workspace_mib} MiB (the default is the whole GPU, "
-         "which leaves nothing for the server's batches or a second engine)", [f"--memPoolSize=workspace:{workspace_mib}"]),
+         "which leaves nothing for the server's batches or a second engine)",
+         [f"--memPoolSize=workspace:{workspace_mib}"]),
         (f"optimisation level {opt_level} of 0-5 (default 3): a longer build that tries more tactics; "
          "the build runs once per GPU and shape range", [f"--builderOptimizationLevel={opt_level}"]),
     ]

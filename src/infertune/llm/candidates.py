@@ -21,7 +21,8 @@ class LMCandidate(BaseModel):
     model_config = ConfigDict(frozen=True)
     backend: str
     precision: str = "fp32"  # the float dtype of activations and unquantized weights
-    quant: str | None = None  # int8-wo | torch.ao-dynamic | torchao-int8-wo | torchao-int8-dyn | torchao-int4 | torchao-fp8
+    # int8-wo | torch.ao-dynamic | torchao-int8-wo | torchao-int8-dyn | torchao-int4 | torchao-fp8
+    quant: str | None = None
 
     @property
     def id(self) -> str:

@@ -29,7 +29,8 @@ RECORD_SUFFIX = ".infertune.json"
 PROGRESS = re.compile(r"\d+%\|.*\|")  # a tqdm bar ("(3/31): Calibrating:  20%|██| 14/71 [...]")
 # the child prints what ran, so the record names the versions that made the checkpoint, not the ones we hoped for
 VERSIONS = ("import json, importlib.metadata as m\n"
-            "def v(p):\n    try:\n        return m.version(p)\n    except m.PackageNotFoundError:\n        return 'absent'\n"
+            "def v(p):\n    try:\n        return m.version(p)\n"
+            "    except m.PackageNotFoundError:\n        return 'absent'\n"
             "print('INFERTUNE_VERSIONS', json.dumps({p: v(p) for p in ('llmcompressor', 'compressed-tensors', 'torch', "
             "'transformers')}), flush=True)\n")
 
@@ -154,8 +155,8 @@ def make_checkpoint(model_dir: str | Path, scheme: Scheme, calib_file: str | Pat
         raise InfertuneError(f"llm-compressor {scheme.label} failed on {model} ({why}, after {wall:.0f} s). "
                              f"Last lines of {log}:\n" + "\n".join(tail[-12:]))
     text = log.read_text(encoding="utf-8", errors="replace")
-    versions = next((json.loads(ln.split(" ", 1)[1]) for ln in text.splitlines() if ln.startswith("INFERTUNE_VERSIONS ")),
-                    {})
+    versions = next((json.loads(ln.split(" ", 1)[1]) for ln in text.splitlines()
+                     if ln.startswith("INFERTUNE_VERSIONS ")), {})
     qcfg = json.loads((out / "config.json").read_text()).get("quantization_config") or {}
     rec = CheckpointRecord(
         scheme=scheme.id, label=scheme.label, model=str(model), output=str(out),

@@ -155,9 +155,11 @@ def write_lm_report(result: TuneResult, path: Path) -> Path:
     reasons = {r.name: r.reason for r in result.candidates}
     win = result.winner.name if result.winner else None
     left = lambda i: " class='l'" if i < 2 else ""  # noqa: E731
-    table = "<tr>" + "".join(f"<th{left(i)}>{e(h)}</th>" for i, h in enumerate(head)) + "<th class='l'>reason</th></tr>" + "".join(
-        f"<tr class='{'winner' if row[0] == win else row[1]}'>" + "".join(f"<td{left(i)}>{e(x)}</td>" for i, x in enumerate(row))
-        + f"<td class='l'>{e(reasons[row[0]])}</td></tr>" for row in body)
+    table = ("<tr>" + "".join(f"<th{left(i)}>{e(h)}</th>" for i, h in enumerate(head))
+             + "<th class='l'>reason</th></tr>"
+             + "".join(f"<tr class='{'winner' if row[0] == win else row[1]}'>"
+                       + "".join(f"<td{left(i)}>{e(x)}</td>" for i, x in enumerate(row))
+                       + f"<td class='l'>{e(reasons[row[0]])}</td></tr>" for row in body))
     sections = "".join(f"<h2>{t}</h2>{plots[k]}" for k, t in (
         ("tpot", "TPOT vs batch"), ("ttft", "TTFT vs prompt length"), ("pareto", "Speed vs perplexity drift"))
         if k in plots)

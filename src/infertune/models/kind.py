@@ -75,8 +75,9 @@ def model_kind(ref: ModelRef, task: str | None = None) -> ModelKind:
         raise InfertuneError(f"unknown --task {task!r}; choose embed or generate")
     if ref.format == "gguf":
         if task == "embed":
-            raise InfertuneError(f"{ref.name} is a GGUF file: embedding needs a Hugging Face or sentence-transformers "
-                                 "directory (convert the GGUF with `make vllm-env`'s converter, or point at the HF dir)")
+            raise InfertuneError(f"{ref.name} is a GGUF file: embedding needs a Hugging Face or "
+                                 "sentence-transformers directory (convert the GGUF with `make vllm-env`'s converter, "
+                                 "or point at the HF dir)")
         return ModelKind("generate", "decoder", "a GGUF file")
     if ref.format == "artifact":
         m = json.loads((ref.path / "manifest.json").read_text())

@@ -104,7 +104,8 @@ class Arch:
         if self.mla:
             qk = self.qk_nope_dim + self.qk_rope_dim
             q = h * self.q_lora_rank + self.q_lora_rank * nq * qk if self.q_lora_rank else h * nq * qk
-            kv = h * (self.kv_lora_rank + self.qk_rope_dim) + self.kv_lora_rank * nq * (self.qk_nope_dim + self.v_head_dim)
+            kv = (h * (self.kv_lora_rank + self.qk_rope_dim)
+                  + self.kv_lora_rank * nq * (self.qk_nope_dim + self.v_head_dim))
             return q + kv + nq * self.v_head_dim * h
         d = self.head_dim
         return h * nq * d + 2 * h * self.kv_heads * d + nq * d * h

@@ -172,7 +172,8 @@ def plan_embedding(cfg, a: Arch, kind, raw: dict[str, Any], g: dict, total: floa
         notes.append(f"no --context or --workload: planning for inputs up to {context} tokens")
     if context > limit:
         over = sum(1 for n in lengths if n > limit)
-        which = (f"{over} of {len(lengths)} workload inputs are longer and would be truncated there (infertune serve --truncate, vLLM truncate_prompt_tokens) or refused") if lengths \
+        which = (f"{over} of {len(lengths)} workload inputs are longer and would be truncated there "
+                 "(infertune serve --truncate, vLLM truncate_prompt_tokens) or refused") if lengths \
             else "longer inputs would be truncated or refused"
         notes.append(f"inputs capped at {limit} tokens, the model's limit ({why_limit}): {which}")
         context = limit
@@ -260,8 +261,8 @@ def plan_embedding(cfg, a: Arch, kind, raw: dict[str, Any], g: dict, total: floa
         e.chosen = e.name == chosen
     reason = {"tensorrt": "--fixed-shapes: inputs of known shape, so a compiled engine",
               "vllm-pooling": f"a decoder embedder with {a.params() / 1e9:.2f} B parameters and inputs up to {context} "
-                              "tokens: chunked prefill keeps long inputs from stalling short ones (both it and infertune serve "
-                              "batch without padding)",
+                              "tokens: chunked prefill keeps long inputs from stalling short ones (both it and "
+                              "infertune serve batch without padding)",
               "infertune-serve": "a small embedder: per-request overhead and padding, not attention kernels, decide; "
                                  "tune measures the backends on this GPU"}[chosen]
     notes.append(f"activations for {tokens} batched tokens: tokens x (hidden x layers + {3 if a.gated_mlp else 2} x "

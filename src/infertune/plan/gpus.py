@@ -31,7 +31,8 @@ def find_gpu(name: str) -> dict[str, Any]:
     if len(close) == 1:
         return next(g for g in gpu_table() if g["name"] == close[0])
     names = ", ".join(g["name"] for g in gpu_table())
-    raise InfertuneError(f"unknown GPU {name!r}{' (ambiguous: ' + ', '.join(close) + ')' if close else ''}; known: {names}")
+    raise InfertuneError(f"unknown GPU {name!r}{' (ambiguous: ' + ', '.join(close) + ')' if close else ''}; "
+                         f"known: {names}")
 
 
 def peak_tflops(g: dict[str, Any], dtype: str) -> float | None:

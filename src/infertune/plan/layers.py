@@ -110,5 +110,5 @@ def step_bytes(a: Arch, key: str, weights: tuple[float, float], phase: str, n: i
 
 
 def intensity(flops_per_token: float, step_bytes_: float, phase: str, n: int) -> float:
-    """FLOP/byte of one step: a prefill's per-token FLOPs (averaged over its n tokens) times n, a decode step's as is."""
+    """FLOP/byte of one step: a prefill's per-token FLOPs (averaged over its n tokens) times n, a decode step's as is."""  # noqa: E501
     return flops_per_token * (n if phase == "prefill" else 1) / step_bytes_ if step_bytes_ else 0.0

@@ -20,7 +20,8 @@ def parallel_notes(g: dict[str, Any], tp: int, given: str = "auto") -> list[str]
     if tp <= 1:
         return []
     link = interconnect_of(g, given)
-    how = "given" if given != "auto" else f"assumed for {g['name']}; pass --interconnect if `nvidia-smi topo -m` says otherwise"
+    how = "given" if given != "auto" else (f"assumed for {g['name']}; "
+                                           "pass --interconnect if `nvidia-smi topo -m` says otherwise")
     if link == "nvlink":
         return [f"TP={tp} over NVLink ({how}): the per-layer all-reduces are cheap"]
     out = [f"TP={tp} over PCIe ({how}): two all-reduces per layer cross PCIe, which costs decode latency; "

@@ -148,7 +148,8 @@ def budget(a: Arch, cfg: PlanConfig, total: float, dtype: str, tp: int, batched:
 
 def kv_fit(a: Arch, cfg: PlanConfig, kv_bytes: float, tp: int, context: int) -> tuple[int, int, float]:
     pp = cfg.pipeline_parallel_size
-    per_tok = a.kv_bytes_per_token("fp8" if cfg.kv_cache_dtype == "fp8" else "bf16", tp) * math.ceil(a.layers / pp) // a.layers
+    per_tok = (a.kv_bytes_per_token("fp8" if cfg.kv_cache_dtype == "fp8" else "bf16", tp)
+               * math.ceil(a.layers / pp) // a.layers)
     page = cfg.block_size * per_tok  # all layers of one block
     blocks = int(kv_bytes // page) if kv_bytes > 0 and page else 0
     return blocks, per_tok, blocks / math.ceil(context / cfg.block_size) if blocks else 0.0

@@ -79,7 +79,8 @@ class QuantPlan:
         """Notes for a --dtype the user chose; a scheme vLLM cannot serve on this GPU is a user mistake."""
         r = self.rules.get(dtype)
         if self.pre:  # the user's checkpoint: say so when vLLM would not run its scheme well (or at all) here
-            return [f"the checkpoint's {dtype} weights on {self.g['name']}: {r.reason}"] if r and r.status == "dropped" else []
+            return ([f"the checkpoint's {dtype} weights on {self.g['name']}: {r.reason}"]
+                    if r and r.status == "dropped" else [])
         if r is None or r.status == "candidate":
             return []
         if r.loads:

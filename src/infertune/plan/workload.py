@@ -77,7 +77,8 @@ def request_lengths(path: str | Path, tokenizer_dir: str | Path | None = None) -
 
 
 def _estimated(tokenizer_dir: str | Path | None) -> str:
-    why = ("no tokenizer.json beside the model" if not tokenizer_dir or not (Path(tokenizer_dir) / "tokenizer.json").is_file()
+    why = ("no tokenizer.json beside the model"
+           if not tokenizer_dir or not (Path(tokenizer_dir) / "tokenizer.json").is_file()
            else "the tokenizers library is not installed")
     return (f"estimated at 4 characters per token ({why}; CJK text runs about 1 token per character, so it is "
             "under-counted)")

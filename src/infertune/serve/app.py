@@ -119,8 +119,8 @@ def _serve_llm(cfg: ServeConfig, manifest: dict[str, Any], path: Any) -> ServeRe
     code = fn(path, host=cfg.host, port=cfg.port)
     if code not in (0, None):
         raise InfertuneError(f"vLLM exited with code {code}; its log above says why (try `infertune doctor explain`)")
-    return ServeResult(model=str(cfg.model), url=f"http://{cfg.host}:{cfg.port}", uptime_s=round(time.monotonic() - t0, 1),
-                       exit_reason="vLLM stopped cleanly")
+    return ServeResult(model=str(cfg.model), url=f"http://{cfg.host}:{cfg.port}",
+                       uptime_s=round(time.monotonic() - t0, 1), exit_reason="vLLM stopped cleanly")
 
 
 def serve(config: ServeConfig) -> ServeResult:
@@ -175,13 +175,15 @@ def serve(config: ServeConfig) -> ServeResult:
           f"({src['batch_tokens']}), growing to {settings.max_batch_tokens} under load ({src['max_batch_tokens']}), "
           f"<= {settings.max_batch_items} items ({src['max_batch_items']}), max wait "
           f"{settings.max_wait_ms} ms ({src['max_wait_ms']}), padding <= "
-          f"{settings.max_padding if settings.max_padding else 'any'} ({src['max_padding']}); {settings.tokenize_workers} tokenizer thread(s); "
+          f"{settings.max_padding if settings.max_padding else 'any'} ({src['max_padding']}); "
+          f"{settings.tokenize_workers} tokenizer thread(s); "
           f"queue {config.max_queue} requests; model in "
           f"{'a supervised worker process' if config.worker_process else 'the server process'}",
           file=sys.stderr, flush=True)
     server = draining_server(uvicorn.Config(
         create_app(st), log_level=config.log_level, access_log=False, lifespan="on",
-        timeout_graceful_shutdown=config.graceful_timeout_s, timeout_keep_alive=30, proxy_headers=False), st, config.drain_s)
+        timeout_graceful_shutdown=config.graceful_timeout_s, timeout_keep_alive=30, proxy_headers=False),
+        st, config.drain_s)
     st.server = server
     loader = threading.Thread(target=_load, args=(st,), name="infertune-load", daemon=True)
     # uvicorn re-raises the caught SIGTERM/SIGINT after its graceful shutdown; no-op handlers make that

@@ -7,7 +7,7 @@ multiple of 8; both budgets measured, interleaved, the faster reported), then th
 forward, post-process (normalise), device sync. Timed in rounds after a warm-up pass; the figure is
 the median over rounds with min-max and n. Compare it with `infertune bench` against the server on the
 same texts: the gap is what HTTP, JSON, tokenization and batching cost.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def forward_ceiling(model: str, device: str | None = None, texts: list[str] | No
                     seconds: float = 3.0, rounds: int = 5, batch_tokens: int | None = None,
                     max_batch_items: int | None = None, progress: Any = None,
                     cuda_graphs: str | None = None, task: str | None = None) -> dict[str, Any]:
-    """Measure the ceiling (`task`: as serve's --task, "embed" for a causal-LM checkpoint); returns items/s (median, min, max, n rounds) and how batches were formed."""
+    """Measure the ceiling (`task`: as serve's --task, "embed" for a causal-LM checkpoint); returns items/s (median, min, max, n rounds) and how batches were formed."""  # noqa: E501
     from infertune.artifact import load_model, read_manifest
     from infertune.batching import ASYNC_DEPTH, pad_length, plan_batches, plan_packed
     from infertune.config import Batching

@@ -74,8 +74,8 @@ def engine_main(conn: Any, index: int, model: str, device: str, threads: int | N
             warm_shapes(emb, warm)
         if hasattr(emb, "precapture"):
             got = emb.precapture()
-            print(f"engine {index}: captured {got['captured']} of {got['shapes']} usual batch shapes in {got['seconds']} s",
-                  file=sys.stderr, flush=True)
+            print(f"engine {index}: captured {got['captured']} of {got['shapes']} usual batch shapes "
+                  f"in {got['seconds']} s", file=sys.stderr, flush=True)
         seed = _time_batches(emb, warm, int(settings.get("max_batch_tokens") or settings.get("batch_tokens") or 4096))
         settings = Settings(**settings)
         ctx = zmq.Context()

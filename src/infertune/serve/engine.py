@@ -17,7 +17,7 @@ bounded queues so tokenization of the next requests overlaps the current forward
 - post-process (1 thread): normalises, scatters rows back to requests, renders finished responses.
 
 The engine does not import FastAPI: it can be driven in-process (`serve --ceiling` drives a model the same way, without it).
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 

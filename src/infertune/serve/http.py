@@ -183,7 +183,8 @@ def create_app(st: State):
             raise ApiError(503, f"the model worker is restarting (restart {worker.get('restarts')}); poll GET /ready",
                            type="server_error", headers={"Retry-After": "1"})
         return {"status": "ready", "model": st.served[0], "load_s": st.load_s,
-                "settings": st.settings.model_dump(), "backend": _describe(st.embedder), "tokenizer": _tokenizer(st.embedder), "worker": worker,
+                "settings": st.settings.model_dump(), "backend": _describe(st.embedder),
+                "tokenizer": _tokenizer(st.embedder), "worker": worker,
                 "limits": {"max_queue": cfg.max_queue, "max_items_per_request": cfg.max_items_per_request,
                            "max_body_bytes": cfg.max_body_bytes, "request_timeout_s": cfg.request_timeout_s,
                            "max_input_tokens": st.embedder.spec.max_length, "truncate": cfg.truncate}}

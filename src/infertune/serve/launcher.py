@@ -154,7 +154,8 @@ class Launcher:
         proc = self.spawner.start(engine_main, (child, i, self.cfg.model, e["device"], self.settings.threads,
                                                 self.warmup, self.run_dir, self.settings.model_dump(),
                                                 e["restarts"], self.cfg.load_options()), f"infertune-engine-{i}",
-                                 env=ONE_THREAD if e["device"].startswith("cuda") and not self.settings.threads else None)
+                                 env=ONE_THREAD if e["device"].startswith("cuda") and not self.settings.threads
+                                     else None)
         child.close()
         info = await_ready(proc, parent, f"engine {i} ({e['device']})", stop=lambda: self.closing)
         self.engine_procs[i], self.engine_conns[i] = proc, parent

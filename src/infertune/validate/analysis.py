@@ -58,7 +58,8 @@ def rss_slope(t_s: list[float], rss_mb: list[float], settle_fraction: float = 0.
     mid = len(ax) // 2
     halves = [_ols(ax[:mid], ay[:mid]), _ols(ax[mid:], ay[mid:])] if mid >= 3 else [None, None]
     return {"slope_mb_per_h": round(b, 2),
-            "halves_slope_mb_per_h": [round(h, 1) if h is not None else None for h in halves], "ci95_mb_per_h": [round(b - half, 2), round(b + half, 2)], "n": n,
+            "halves_slope_mb_per_h": [round(h, 1) if h is not None else None for h in halves],
+            "ci95_mb_per_h": [round(b - half, 2), round(b + half, 2)], "n": n,
             "fit_from_s": round(fit[0][0], 1), "fit_to_s": round(fit[-1][0], 1),
             "rss_start_mb": round(float(pts[0][1]), 1), "rss_fit_start_mb": round(float(y[0]), 1),
             "rss_end_mb": round(float(y[-1]), 1), "rss_max_mb": round(float(max(p[1] for p in pts)), 1),

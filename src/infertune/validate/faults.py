@@ -126,7 +126,8 @@ def kill_worker(target: Target, api: str, req: Requests, peak: float, cfg: Valid
         "requests": s["requests"], "failed_requests": len(failed), "failed_clean": len(clear),
         "failed_http_429": s["http_429"],
         "errors_by_kind": s["errors_by_kind"], "error_examples": s["error_examples"], "hung_requests": s["hung"],
-        "max_latency_ms": s["max_latency_ms"], "client_timeout_s": cfg.timeout_s, "errors_after_recovery": post_err, "http_429_after_recovery": post_429,
+        "max_latency_ms": s["max_latency_ms"], "client_timeout_s": cfg.timeout_s, "errors_after_recovery": post_err,
+        "http_429_after_recovery": post_429,
         "requests_after_recovery": len(post), "worker_restarts_delta": delta, "server_alive": target.alive(),
     }
     return Drill(name="kill-worker", passed=not fails, evidence=evidence, series=_series(recs, t_kill, "kill"),
@@ -269,7 +270,8 @@ def burst(target: Target, api: str, req: Requests, peak: float, cfg: ValidateCon
         "rate_rps": round(rate, 3), "peak_rps": round(peak, 3), "burst_factor": cfg.burst_factor,
         "seconds": cfg.burst_s, "requests": s["requests"], "ok": s["ok"], "http_429": s["http_429"],
         "errors_other_than_429": s["errors"], "errors_by_kind": s["errors_by_kind"],
-        "error_examples": s["error_examples"], "hung_requests": s["hung"], "latency_ok_ms": s["latency_ok_ms"], "latency_429_ms": s["latency_429_ms"], "max_latency_ms": s["max_latency_ms"],
+        "error_examples": s["error_examples"], "hung_requests": s["hung"], "latency_ok_ms": s["latency_ok_ms"],
+        "latency_429_ms": s["latency_429_ms"], "max_latency_ms": s["max_latency_ms"],
         "latency_bound_ms": round(bound, 1),
         "latency_bound_rule": "1.5 x max_queue / drain rate + SLO bound: the longest wait an admitted request can "
                               "have (drain rate: the burst's completions per second, or the peak if that is lower)",
@@ -318,7 +320,8 @@ def oom_guard(target: Target, api: str, req: Requests, peak: float, cfg: Validat
     for name, inp, want in probes:
         t = time.perf_counter()
         try:
-            r = httpx.post(target.url + "/v1/embeddings", json={"model": model, "input": inp}, timeout=cfg.timeout_s * 4)
+            r = httpx.post(target.url + "/v1/embeddings", json={"model": model, "input": inp},
+                           timeout=cfg.timeout_s * 4)
             status, msg = r.status_code, r.text[:200]
         except httpx.HTTPError as e:
             status, msg = None, f"{type(e).__name__}: {e}"

@@ -246,7 +246,8 @@ def write_html(result: ValidateResult, path: Path) -> None:
             plot = _plot(d, slo_bound_ms(str(result.peak.get("slo") or result.config.get("slo") or ""))) or ""
         except ImportError:
             plot = "<p>matplotlib is not installed: pip install 'infertune[report]'</p>"
-        over = " <span class=fail>but its P99 breaks the SLO</span>" if d.name == "soak" and d.passed and soak_over else ""
+        over = (" <span class=fail>but its P99 breaks the SLO</span>"
+                if d.name == "soak" and d.passed and soak_over else "")
         parts.append(f"<h2>{e(d.name)}: <span class={_cls(d)}>{_verdict_word(d)}</span>{over}</h2>"
                      f"<p>{e(d.reason)}</p>{plot}<details><summary>evidence</summary><pre>"
                      f"{e(json.dumps(d.evidence, indent=1))}</pre></details>")
@@ -260,7 +261,7 @@ def write_html(result: ValidateResult, path: Path) -> None:
 {'started by validate' if result.target.get('started_by_validate') else 'already running'}). Started {e(result.started)},
 wall {result.wall_s} s. Latency is measured from each request's scheduled send time. {e('; '.join(result.notes))}</p>
 <h2>Drills</h2>{table(['drill', 'verdict', 'evidence'], rows, left=3)}{''.join(parts)}
-<h2>Environment</h2>{folded('fingerprint', f'<pre>{e(result.environment.model_dump_json(indent=1))}</pre>')}"""
+<h2>Environment</h2>{folded('fingerprint', f'<pre>{e(result.environment.model_dump_json(indent=1))}</pre>')}"""  # noqa: E501
     path.write_text(document(f"infertune validate: {word}", doc), encoding="utf-8")
 
 

@@ -47,7 +47,8 @@ def test_lean_and_aiohttp_measure_the_same_server_alike(stub):
     url = stub("queue", service_ms=10)
     p50 = {}
     for client in ("lean", "aiohttp", "lean", "aiohttp"):  # interleaved: the box drifts
-        p = bench(BenchConfig(url=url, rates=[40], duration=2, warmup=0.3, metrics_url="", http_client=client)).points[0]
+        p = bench(BenchConfig(url=url, rates=[40], duration=2, warmup=0.3, metrics_url="",
+                              http_client=client)).points[0]
         assert p.errors.total == 0 and p.ok == p.n == 80, (client, p.errors, p.ok, p.n)
         p50.setdefault(client, []).append(p.latency_ms.p50)
     print(f"queue server (10 ms service) at 40 req/s, P50 ms: lean {p50['lean']}, aiohttp {p50['aiohttp']}")
@@ -111,7 +112,8 @@ def test_chunked_answer_and_keep_alive_reuse():
         for _ in range(3):
             await _read_request(reader)
             body = b'{"data": [{"embedding": [0.5]}], "usage": {"prompt_tokens": 7}}'
-            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n"
+                         % (len(body), body))
         writer.close()
 
     async def go():

@@ -111,7 +111,7 @@ def test_several_tokenizer_threads_keep_the_chunks_in_order(monkeypatch):
 
 def test_tokenizer_processes_give_the_engines_ids_and_feed_the_pass(monkeypatch):
     """The tokenizer processes rebuild the encoder that was checked against transformers (tokie or the Rust tokenizer): the same ids as
-    the embedder's own token_ids; a pass tokenized in them runs every item once, as with threads."""
+    the embedder's own token_ids; a pass tokenized in them runs every item once, as with threads."""  # noqa: E501
     import multiprocessing as mp
 
     import infertune.backends.overlap as overlap

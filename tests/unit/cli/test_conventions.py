@@ -146,7 +146,8 @@ def test_no_other_time_flag_was_missed():
             continue
         for p in cmd.params:
             for decl in getattr(p, "opts", []):
-                if decl.startswith("--") and decl not in skip and (any(h in decl for h in hints) or decl.endswith("-s")):
+                if decl.startswith("--") and decl not in skip and (any(h in decl for h in hints)
+                                                                   or decl.endswith("-s")):
                     assert decl in TIME_FLAGS.get(name, []), f"infertune {name} {decl} takes a time?"
 
 

@@ -109,7 +109,8 @@ def test_minilm_on_one_gpu_two_replicas_with_hpa(minilm_artifact, tmp_path):
     assert any("tuned on cpu and is served on cuda" in n for n in r.notes)
     svc = next(iter(docs["compose.yaml"][0]["services"].values()))
     assert svc["entrypoint"] == ["infertune"] and svc["command"][:2] == ["serve", "/models/all-minilm-l6-v2"]
-    devices = [s["deploy"]["resources"]["reservations"]["devices"][0] for s in docs["compose.yaml"][0]["services"].values()]
+    devices = [s["deploy"]["resources"]["reservations"]["devices"][0]
+               for s in docs["compose.yaml"][0]["services"].values()]
     assert [d["device_ids"] for d in devices] == [["0"], ["1"]] and all(d["capabilities"] == ["gpu"] for d in devices)
 
 

@@ -149,7 +149,8 @@ def test_measurements_come_from_results_json_for_an_older_artifact(tmp_path):
 def qwen3_params(c):
     """Qwen3's parameter count from its config, written out here independently of plan/arch.py."""
     h, hd, layers = c["hidden_size"], c["head_dim"], c["num_hidden_layers"]
-    attn = h * c["num_attention_heads"] * hd * 2 + h * c["num_key_value_heads"] * hd * 2 + 2 * hd  # q,o + k,v + qk norms
+    # q,o + k,v + qk norms
+    attn = h * c["num_attention_heads"] * hd * 2 + h * c["num_key_value_heads"] * hd * 2 + 2 * hd
     mlp = 3 * h * c["intermediate_size"]
     return layers * (attn + mlp + 2 * h) + c["vocab_size"] * h + h
 

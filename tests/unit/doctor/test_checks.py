@@ -51,7 +51,8 @@ def test_nvidia_smi_fallback_parses_the_h200(monkeypatch):
     assert all(x.level == "ok" for x in f), [x for x in f if x.level != "ok"]
     f.clear()
     checks._torch(f, {"installed": True, "version": "2.4.0+cu121", "cuda": "12.1", "cuda_available": True,
-                      "arch_list": ["sm_50", "sm_80", "sm_86"]}, [{**g, "cc": "12.0", "index": 0}], "580.159.04", "13.0")
+                      "arch_list": ["sm_50", "sm_80", "sm_86"]}, [{**g, "cc": "12.0", "index": 0}],
+                  "580.159.04", "13.0")
     assert any(x.level == "error" and x.check == "torch-arch-gpu0" for x in f)
 
 

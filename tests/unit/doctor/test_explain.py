@@ -51,7 +51,8 @@ def test_weak_pattern_alone_is_low_confidence_and_ranks_after_strong():
 
 
 def test_named_groups_are_reported():
-    m = explain("ValueError: Total number of attention heads (28) must be divisible by tensor parallel size (8).").matches[0]
+    m = explain("ValueError: Total number of attention heads (28) must be divisible by "
+                "tensor parallel size (8).").matches[0]
     assert m.details == {"heads": "28", "tp": "8"}
 
 
@@ -67,7 +68,8 @@ ISSUE_15 = {
         '!isDynamic(tensor_ptr->getDimensions()) && "InstanceNormalization does not support dynamic inputs!"',
         "[02/22/2022-03:35:30] [TRT] [E] 4: [network.cpp::validate::2948] Error Code 4: Internal Error "
         "(inputs:0: dynamic input is missing dimensions in profile 0.)",
-        "[09/07/2021-15:54:19] [E] [TRT] Network has dynamic or shape inputs, but no optimization profile has been defined.",
+        "[09/07/2021-15:54:19] [E] [TRT] Network has dynamic or shape inputs, "
+        "but no optimization profile has been defined.",
     ],
     "trt-uint8-input": [
         "Unsupported ONNX data type: UINT8 (2)",
@@ -82,7 +84,8 @@ ISSUE_15 = {
         "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling "
         "NumCudaDevices() that might have already set an error? Error 803: system has unsupported display driver / "
         "cuda driver combination",
-        "CUDA: Check failed: e == cudaSuccess (803 vs. 0) : system has unsupported display driver / cuda driver combination",
+        "CUDA: Check failed: e == cudaSuccess (803 vs. 0) : system has unsupported display driver / "
+        "cuda driver combination",
     ],
     "xid-119-gsp-timeout": [
         "NVRM: Xid (PCI:0000:3b:00): 119, pid=2431, name=python3, Timeout after 6s of waiting for RPC response from "
@@ -93,7 +96,8 @@ ISSUE_15 = {
         "symbol: _ZN3c104cuda9SetDeviceEi",
         "ImportError: /usr/local/lib/python3.10/dist-packages/vllm/_C.cpython-310-x86_64-linux-gnu.so: undefined "
         "symbol: _ZN2at4_ops15to_dtype_layout4callERKNS_6TensorE",
-        "ImportError: /opt/venv/lib/python3.12/site-packages/vllm/_moe_C.abi3.so: undefined symbol: _ZN3c106detail14torchCheckFailEPKc",
+        "ImportError: /opt/venv/lib/python3.12/site-packages/vllm/_moe_C.abi3.so: undefined symbol: "
+        "_ZN3c106detail14torchCheckFailEPKc",
     ],
 }
 
@@ -144,23 +148,28 @@ ISSUE_29 = [
     # alone, the module-load failure names its causes (Secure Boot first) and points at doctor's probes
     ("nvidia-module-load-failed", "Unable to load the nvidia kernel module"),
     ("nvidia-module-load-failed", "ERROR: Unable to load the kernel module 'nvidia.ko'.  This happens most frequently "
-                                  "when this kernel module was built against the wrong or improperly configured kernel sources"),
+                                  "when this kernel module was built against the wrong or improperly configured "
+                                  "kernel sources"),
     # with the installer's or dmesg's reason beside it, that reason's entry ranks first
     ("secure-boot-module-rejected", "ERROR: Unable to load the kernel module 'nvidia.ko'.\n"
                                     "-> Kernel module load error: Key was rejected by service"),
-    ("secure-boot-module-rejected", "ERROR: The kernel module failed to load. Secure boot is enabled on this system, so "
-                                    "this is likely because it was not signed by a key that is trusted by the kernel.\n"
+    ("secure-boot-module-rejected", "ERROR: The kernel module failed to load. Secure boot is enabled on this system, "
+                                    "so this is likely because it was not signed by a key that is trusted by the "
+                                    "kernel.\n"
                                     "ERROR: Unable to load the kernel module 'nvidia.ko'."),
     ("nvidia-module-missing-for-kernel", "Unable to load the nvidia kernel module\n"
-                                         "modprobe: FATAL: Module nvidia not found in directory /lib/modules/6.8.0-49-generic"),
-    ("nouveau-owns-gpu", "ERROR: Unable to load the kernel module 'nvidia.ko'.\n[   10.74] NVRM: The NVIDIA probe routine "
-                         "was not called for 1 device(s).\n[   10.74] NVRM: This can occur when a driver such as: nouveau, "
+                                         "modprobe: FATAL: Module nvidia not found in directory "
+                                         "/lib/modules/6.8.0-49-generic"),
+    ("nouveau-owns-gpu", "ERROR: Unable to load the kernel module 'nvidia.ko'.\n"
+                         "[   10.74] NVRM: The NVIDIA probe routine was not called for 1 device(s).\n"
+                         "[   10.74] NVRM: This can occur when a driver such as: nouveau, "
                          "rivafb, nvidiafb or rivatv was loaded and obtained ownership of the NVIDIA device(s)."),
     ("trt-dynamic-shape", "[TRT] [E] 2: [shapeCompiler.cpp::evaluateShapeChecks::1180] Error Code 2: Internal Error "
                           "(Assertion !isDynamic(mOutputDimension) failed. )"),
     ("trt-dynamic-shape", "Assertion failed: !isDynamic(mOutputDimension)"),
     ("container-memlock-limit", "OSError: [Errno 12] Cannot allocate memory"),
-    ("container-memlock-limit", "$ docker run --gpus all --ulimit memlock=8192 infertune:0.1.0-cuda-torch serve /models/m\n"
+    ("container-memlock-limit", "$ docker run --gpus all --ulimit memlock=8192 infertune:0.1.0-cuda-torch "
+                                "serve /models/m\n"
                                 "  File \"/usr/lib/python3.11/multiprocessing/popen_fork.py\", line 66, in _launch\n"
                                 "OSError: [Errno 12] Cannot allocate memory"),
 ]

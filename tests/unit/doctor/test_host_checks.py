@@ -106,7 +106,8 @@ def test_gpu_processes_xorg_holding_the_gpu():
     assert f.level == "error" and "46314 MiB of 49140 MiB (94%)" in f.message
     assert f.message.index("Xorg (pid 2114, G) 46102 MiB") < f.message.index("gnome-shell")
     assert "gpu-memory-utilization" in f.message
-    assert b.gpu_processes({"source": "nvidia-smi", "text": rec("smi_clean.txt")}, [{"index": 0, "memory_mib": 143771}]) == []
+    assert b.gpu_processes({"source": "nvidia-smi", "text": rec("smi_clean.txt")},
+                           [{"index": 0, "memory_mib": 143771}]) == []
     # NVML reports the same processes as records
     nvml = {"source": "nvml", "procs": [{"gpu": 0, "pid": 7, "type": "C", "name": "python", "used_mib": 900}]}
     (f,) = b.gpu_processes(nvml, [{"index": 0, "memory_mib": 143771}])
@@ -140,7 +141,8 @@ def test_doctor_on_a_broken_gpu_host_names_every_fault(clean_gpu_host):
 
     clean_gpu_host.update(daemon_json=rec("daemon_json_no_runtime.json"), limits=rec("limits_docker_default.txt"),
                           board=rec("board_faults.txt"), topo=rec("topo_pcie.txt"),
-                          processes={"source": "nvidia-smi", "text": rec("smi_xorg.txt")}, dkms=rec("dkms_other_kernel.txt"))
+                          processes={"source": "nvidia-smi", "text": rec("smi_xorg.txt")},
+                          dkms=rec("dkms_other_kernel.txt"))
     f = []
     probes_before_serving(f, [{"pci": "0000:01:00.0", "vendor": "NVIDIA"}], {"modules": ["nouveau"]},
                           [{"index": 0, "memory_mib": 49140}])

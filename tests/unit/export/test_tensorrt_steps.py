@@ -88,7 +88,8 @@ def test_plan_minilm_on_l4_has_a_profile_per_bucket_capped_at_its_positions():
 
 def test_token_counts_come_from_the_tokenizer_not_four_characters(tmp_path):
     wl = tmp_path / "cjk.jsonl"
-    wl.write_text("".join(json.dumps({"input": "这是一个用来测试分词器长度估计的中文句子，" * k}) + "\n" for k in (1, 4, 12)))
+    wl.write_text("".join(json.dumps({"input": "这是一个用来测试分词器长度估计的中文句子，" * k}) + "\n"
+                          for k in (1, 4, 12)))
     r = plan(PlanConfig(model="minilm", gpu="L4", workload=wl))
     from tokenizers import Tokenizer
 

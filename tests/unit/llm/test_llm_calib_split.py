@@ -54,7 +54,8 @@ def test_split_is_tunes_calibration_side_deterministic_and_disjoint_from_eval(tm
     a = write_calibration(tmp_path / "a", WordTokenizer(), workload(tmp_path, lengths))
     b = write_calibration(tmp_path / "b", WordTokenizer(), workload(tmp_path, lengths))
     assert (tmp_path / "a/train.json").read_text() == (tmp_path / "b/train.json").read_text() and a.n == b.n
-    firsts = [json.loads(x)["text"].split("\n")[1].split()[0] for x in (tmp_path / "a/train.json").read_text().splitlines()]
+    firsts = [json.loads(x)["text"].split("\n")[1].split()[0]
+              for x in (tmp_path / "a/train.json").read_text().splitlines()]
     assert firsts == [f"q{i}" for i in calib] and a.n == len(calib)
     assert {bucket_of(seen[i]) for i in calib} == {bucket_of(n) for n in seen}
 

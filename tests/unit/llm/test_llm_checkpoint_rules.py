@@ -81,7 +81,8 @@ def test_no_fp8_kv_cache_below_7_0_nor_on_vllm_cpu():
 
 
 @pytest.mark.parametrize("flags,int8_slower", [({"avx2", "fma"}, True),
-                                               ({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"}, False)])
+                                               ({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"},
+                                                False)])
 def test_vllm_cpu_has_int8_w8a8_and_w4a16_not_fp8(flags, int8_slower):
     r = read(Capabilities(device="cpu", cpu=CPU(flags=frozenset(flags), flags_source="INFERTUNE_CPU_FLAGS")))
     assert r["fp8-dynamic"].status == "dropped" and "x86 CPU" in r["fp8-dynamic"].reason

@@ -46,7 +46,8 @@ def test_w4a16_step_calibrates_on_the_split_and_writes_beside_the_model(fake_llm
     got = run(step, fake_llmcompressor)
     assert got["model"] == "/models/Meta-Llama-3-8B" and got["output_dir"] == step.output
     assert (got["dataset"], got["splits"], got["text_column"]) == ("json", "train", "text")
-    assert got["dataset_path"] == step.output + ".calibration" and step.calibration["file"].startswith(got["dataset_path"])
+    assert (got["dataset_path"] == step.output + ".calibration"
+            and step.calibration["file"].startswith(got["dataset_path"]))
     assert got["num_calibration_samples"] == 72  # the split's size, not oneshot's default 512
     assert got["max_seq_length"] == 2048  # vLLM's guides' length, not the 8192-token context
     [gptq] = got["recipe"]

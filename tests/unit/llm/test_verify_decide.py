@@ -28,7 +28,8 @@ def test_accuracy_from_nll():
 
 
 def _cand(name, tps, ppl_delta, top1=0.99, ok=True):
-    return CandidateResult(name=name, status="ok", tokens_per_s=tps, tpot_ms=Latency(p5=1, p50=1000 / tps, p95=2, n=8) if tps else None,
+    return CandidateResult(name=name, status="ok", tokens_per_s=tps,
+                           tpot_ms=Latency(p5=1, p50=1000 / tps, p95=2, n=8) if tps else None,
                            accuracy=Accuracy(ppl_delta_rel=ppl_delta, top1_agreement=top1, kl_mean=0.0,
                                              greedy_agreement=1.0), meets_accuracy=ok)
 

@@ -33,7 +33,8 @@ def _plan(env_cache: Path | None, tmp_path: Path) -> subprocess.CompletedProcess
            "PYTHONPATH": str(Path(__file__).parents[3] / "src")}
     if env_cache is not None:
         env["HF_HUB_CACHE"] = str(env_cache)
-    code = f"import sys; sys.argv = ['infertune', 'plan', {REPO!r}, '--gpu', 'L4']; from infertune.cli.main import main; main()"
+    code = (f"import sys; sys.argv = ['infertune', 'plan', {REPO!r}, '--gpu', 'L4']; "
+            "from infertune.cli.main import main; main()")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
 
 
@@ -61,7 +62,8 @@ def test_a_pt_file_given_to_plan_is_one_line_not_a_json_error(tmp_path):
     pt = tmp_path / "model.pt"
     pt.write_bytes(b"PK\x03\x04 not json")
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).parents[3] / "src"), "HOME": str(tmp_path)}
-    code = f"import sys; sys.argv = ['infertune', 'plan', {str(pt)!r}, '--gpu', 'H100']; from infertune.cli.main import main; main()"
+    code = (f"import sys; sys.argv = ['infertune', 'plan', {str(pt)!r}, '--gpu', 'H100']; "
+            "from infertune.cli.main import main; main()")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 2 and "Expecting value" not in r.stderr and "Traceback" not in r.stderr
     assert "config.json" in r.stderr and "infertune export" in r.stderr

@@ -79,7 +79,8 @@ def test_model_name_comes_from_the_directory_not_config(tmp_path):
 def test_hub_id_is_not_mounted_as_a_named_volume():
     from infertune.plan.commands import docker_cmd
 
-    cmd = docker_cmd("meta-llama/Llama-3.1-8B", "Llama-3.1-8B", "vllm serve meta-llama/Llama-3.1-8B --max-model-len 8", 1, 1)
+    cmd = docker_cmd("meta-llama/Llama-3.1-8B", "Llama-3.1-8B", "vllm serve meta-llama/Llama-3.1-8B --max-model-len 8",
+                     1, 1)
     assert ":/models/" not in cmd and "--model meta-llama/Llama-3.1-8B" in cmd
 
 

@@ -65,7 +65,8 @@ def test_decode_roofline_is_weight_bytes_over_bandwidth():
 
 
 def test_commands_have_the_planned_flags():
-    r = plan(PlanConfig(model=LLAMA, gpu="H100", gpus=2, context=8192, concurrency=32, kv_cache_dtype="fp8", dtype="fp8"))
+    r = plan(PlanConfig(model=LLAMA, gpu="H100", gpus=2, context=8192, concurrency=32, kv_cache_dtype="fp8",
+                        dtype="fp8"))
     v = r.commands["vllm"]
     for flag in ("--max-model-len 8192", "--max-num-seqs 32", "--gpu-memory-utilization 0.9",
                  f"--tensor-parallel-size {r.tensor_parallel_size}", "--kv-cache-dtype fp8"):

@@ -284,7 +284,8 @@ def test_an_async_engine_launches_the_next_batch_before_answering_this_one():
         in_flight += 1 if e == "launch" else -1
         most = max(most, in_flight)
     assert len(emb.batches) > 4 and most == 2 and in_flight == 0
-    got = {rid: (rows, err) for fe, msgs in sent.items() for frames in msgs for rid, rows, err in unpack_results(frames, 4)}
+    got = {rid: (rows, err) for fe, msgs in sent.items() for frames in msgs
+           for rid, rows, err in unpack_results(frames, 4)}
     assert sorted(got) == list(range(61))
     assert got[60][0] is None and got[60][1][0] == 500 and "at collect" in got[60][1][1]
     for rid, rows in reqs[:60]:

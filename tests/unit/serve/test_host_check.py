@@ -54,7 +54,8 @@ def test_a_host_with_more_than_the_tune_host_says_another_engine_may_win():
 
 def test_engine_version_and_gpu_differences():
     m = manifest(backend="onnxruntime", precision="fp32", flags=["avx2", "fma"], libs={"onnxruntime": "0.0.1"})
-    assert differences(m, {"avx2", "fma"}, None, "cpu") == [f"onnxruntime {version('onnxruntime')} here, 0.0.1 when tuned"]
+    assert differences(m, {"avx2", "fma"}, None, "cpu") == [
+        f"onnxruntime {version('onnxruntime')} here, 0.0.1 when tuned"]
     g = manifest(device="cuda", gpu=[{"name": "NVIDIA H200", "capability": "9.0", "memory_gb": 139.8}])
     assert differences(g, set(), ("NVIDIA A100-SXM4-80GB", (8, 0)), "cuda") == [
         "GPU compute capability 8.0 here, 9.0 on the tune host"]

@@ -113,10 +113,12 @@ def test_inside_the_tie_margin_the_unquantized_candidate_wins():
         return r
 
     base = _r("st-naive/fp32/batch-32", 73, 900, 1.0)
-    res = _result([base, cand("ov/int8", 322.8, 84.8, 0.99754, "nncf-ptq"), cand("ov/bf16", 311.3, 90.3, 0.99999, None)])
+    res = _result([base, cand("ov/int8", 322.8, 84.8, 0.99754, "nncf-ptq"),
+                   cand("ov/bf16", 311.3, 90.3, 0.99999, None)])
     decide(res, TuneConfig(slo=SLO(p99_ms=100)))
     assert res.winner.name == "ov/bf16"
     assert any("unquantized" in line and "0.99999 vs 0.99754" in line for line in res.decision), res.decision
-    res = _result([base, cand("ov/int8", 400.0, 84.8, 0.99754, "nncf-ptq"), cand("ov/bf16", 311.3, 90.3, 0.99999, None)])
+    res = _result([base, cand("ov/int8", 400.0, 84.8, 0.99754, "nncf-ptq"),
+                   cand("ov/bf16", 311.3, 90.3, 0.99999, None)])
     decide(res, TuneConfig(slo=SLO(p99_ms=100)))
     assert res.winner.name == "ov/int8"

@@ -143,7 +143,8 @@ def test_the_artifact_records_the_dims_accuracy_was_judged_on():
     from infertune.artifact import _judged_dims
 
     def res(want, chosen=None):
-        return SimpleNamespace(config={"dimensions": want}, dimensions={"chosen": chosen, "full": 384} if chosen else {})
+        return SimpleNamespace(config={"dimensions": want},
+                               dimensions={"chosen": chosen, "full": 384} if chosen else {})
 
     assert _judged_dims(res(None)) is None and _judged_dims(res(256)) == 256
     assert _judged_dims(res("auto", 128)) == 128 and _judged_dims(res("auto", 384)) is None

@@ -55,7 +55,8 @@ def options(caps: Capabilities, quick: bool = False, extra: bool = False) -> lis
                    f"int8 weights (per channel), activations quantized on the fly; ONNX Runtime's {int8_kernels}",
                    2.25 if cpu.vnni else 1.8),
             Option(C(backend="onnxruntime", precision="int8", quant="ort-static", batching=tb),
-                   f"int8 weights and activations, ranges calibrated on the workload's calibration split; {int8_kernels}",
+                   f"int8 weights and activations, ranges calibrated on the workload's calibration split; "
+                   f"{int8_kernels}",
                    1.6 if cpu.vnni else 1.5),
             Option(C(backend="openvino", precision="bf16", batching=tb),
                    "OpenVINO's fused CPU graph with native bf16 (its default on AMX)", 2.9 if cpu.amx else 1.5,

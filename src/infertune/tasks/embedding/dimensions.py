@@ -87,11 +87,13 @@ def decide(full: int, matryoshka: bool, evidence: str, figures: dict[int, float]
         if big is None:
             out["why"] = f"--dimensions auto: {model} keeps all {full} dims ({evidence}; no prefix to try)."
         elif not big["ok"]:
-            out["why"] = (f"--dimensions auto: truncation costs too much: {model} is not Matryoshka-trained ({evidence}), "
+            out["why"] = (f"--dimensions auto: truncation costs too much: "
+                          f"{model} is not Matryoshka-trained ({evidence}), "
                           f"and its first {big['dims']} of {full} dims give {metric} {big[metric]:.3f} ({bound}); "
                           f"candidates are judged, and served, at all {full} dims.")
         else:
-            out["why"] = (f"--dimensions auto: {model} keeps all {full} dims: it is not Matryoshka-trained ({evidence}); "
+            out["why"] = (f"--dimensions auto: {model} keeps all {full} dims: "
+                          f"it is not Matryoshka-trained ({evidence}); "
                           f"its first {big['dims']} dims gave {metric} {big[metric]:.3f} on this workload ({bound}), "
                           f"so `--dimensions {big['dims']}` would judge candidates on them.")
     elif chosen == full:

@@ -176,7 +176,8 @@ class EmbeddingTask(Task):
         lengths = self.lengths if self.acc_idx is None else [self.lengths[i] for i in self.acc_idx]
         acc = compare(self.ref_vectors[:, :d], vec[:, :d], lengths=lengths)
         if self.task_eval:  # the user's own texts, on the same dims
-            acc.task = self.task_eval.score(lambda t: unit(worker.call("embed", batching=batching, texts=list(t))[:, :d]))
+            acc.task = self.task_eval.score(
+                lambda t: unit(worker.call("embed", batching=batching, texts=list(t))[:, :d]))
         ok, why = within_budget(acc, self.cfg.accuracy)
         return acc, ok, why
 
