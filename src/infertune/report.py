@@ -104,7 +104,8 @@ def _card(result: TuneResult) -> str:
         facts.append(f"Mean cosine vs fp32 {a.cosine_mean:.5f} (budget {budget.get('min_cosine_mean', '-')}), "
                      f"min {_f(a.cosine_min, '{:.5f}')} (budget {budget.get('min_cosine_min', '-')}), n={a.n} items.")
     if m and (m.peak_rss_mb or m.peak_gpu_mb):
-        mem = f"peak GPU memory {m.peak_gpu_mb:.0f} MB" if m.peak_gpu_mb else f"peak resident memory {m.peak_rss_mb:.0f} MB"
+        mem = (f"peak GPU memory {m.peak_gpu_mb:.0f} MB" if m.peak_gpu_mb
+               else f"peak resident memory {m.peak_rss_mb:.0f} MB")
         if bm and bm.peak_rss_mb and not m.peak_gpu_mb:
             mem += f" (baseline {bm.peak_rss_mb:.0f} MB)"
         facts.append(mem[0].upper() + mem[1:] + ".")
@@ -136,13 +137,15 @@ def _tables(result: TuneResult) -> str:
         classes.append("winner" if r.name == win else r.status)
         cells.append(["", "", "", "", "", "", "miss" if miss else "", "", "", "miss" if cos_miss else "",
                       "miss" if cos_miss else "", "l"])
-        more.append([str(n), e(r.name), e(r.stage or "-"), _f(r.time_s, "{:.0f}"), _f(m.items_per_s_median) if m else "-",
+        more.append([str(n), e(r.name), e(r.stage or "-"), _f(r.time_s, "{:.0f}"),
+                     _f(m.items_per_s_median) if m else "-",
                      _f(r.latency_ms.p95), _f(r.latency_ms.p99), _f(r.latency_ms.max), str(r.latency_ms.n or "-"),
                      _f(r.accuracy.topk_overlap, "{:.3f}"), _f(r.prepare_s), _f(m.peak_rss_mb, "{:.0f}") if m else "-",
                      _f(m.peak_gpu_mb, "{:.0f}") if m else "-", e(r.why_tried)])
     main = table(head, rows, classes, left=3, cell_classes=cells)
     note = (f'<p class="note">P99 (SLO) is the figure the decision checks against the SLO of {_f(limit, "{:g}")} ms '
-            f"(&#10007;: over it); red cosines are under the accuracy budget (mean {budget.get('min_cosine_mean', '-')}, "
+            "(&#10007;: over it); red cosines are under the accuracy budget "
+            f"(mean {budget.get('min_cosine_mean', '-')}, "
             f"min {budget.get('min_cosine_min', '-')}); peak MB is the worker's peak resident memory (GPU memory on a "
             "GPU).</p>")
     extra = table(["#", "candidate", "stage", "time s", "items/s median", "P95 ms", "pooled P99 ms", "max ms",
@@ -181,6 +184,6 @@ def write_report(result: TuneResult, path: Path) -> Path:
 calibration {w.n_calibration if w else 0}; tokens p50 {w.tokens_p50 if w else 0:.0f}, p90 {w.tokens_p90 if w else 0:.0f},
 p99 {w.tokens_p99 if w else 0:.0f}, max {w.tokens_max if w else 0}; {w.over_limit if w else 0} over the model limit (truncated).</p>
 <h2>Environment</h2><details><summary>fingerprint</summary><pre>{e(result.environment.model_dump_json(indent=2))}</pre></details>
-<h2>Config</h2><details><summary>config</summary><pre>{e(json.dumps(result.config, indent=2))}</pre></details>"""
+<h2>Config</h2><details><summary>config</summary><pre>{e(json.dumps(result.config, indent=2))}</pre></details>"""  # noqa: E501
     path.write_text(document(f"infertune tune: {result.model}", body), encoding="utf-8")
     return path

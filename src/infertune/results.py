@@ -73,7 +73,8 @@ class Accuracy(BaseModel):
     ppl_delta_rel: float | None = Field(None, description="ppl / ppl_ref - 1 on the evaluation text")
     top1_agreement: float | None = Field(None, description="fraction of positions whose argmax equals the reference's")
     kl_mean: float | None = Field(None, description="mean KL(ref || candidate) per token, nats (top-64 + tail bucket)")
-    greedy_agreement: float | None = Field(None, description="mean fraction of greedy tokens before the first divergence")
+    greedy_agreement: float | None = Field(
+        None, description="mean fraction of greedy tokens before the first divergence")
     greedy_exact: float | None = Field(None, description="fraction of prompts whose greedy continuation matches fully")
 
 

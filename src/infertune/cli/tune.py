@@ -31,43 +31,96 @@ def _budget(field: str):
 
 
 def tune_cmd(
-    model: Annotated[str, typer.Argument(help="alias (minilm, smollm2), model directory, .gguf or config.json")] = "minilm",
-    workload: Annotated[Path | None, typer.Option(help="JSONL ({\"input\": ...} or {\"text\": ...}) or text, one item a line; default: built-in sample")] = None,
+    model: Annotated[str, typer.Argument(
+        help="alias (minilm, smollm2), model directory, .gguf or config.json")] = "minilm",
+    workload: Annotated[Path | None, typer.Option(
+        help="JSONL ({\"input\": ...} or {\"text\": ...}) or text, one item a line; default: built-in sample")] = None,
     device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
-    slo_p99_ms: Annotated[float, typer.Option(help="P99 latency of one batch inside the server, tokenization included, queueing not (ms); bench/validate --slo is per request, end to end")] = 100.0,
+    slo_p99_ms: Annotated[float, typer.Option(
+        help="P99 latency of one batch inside the server, tokenization included, queueing "
+             "not (ms); bench/validate --slo is per request, end to end")] = 100.0,
     min_cosine: Annotated[float, typer.Option(help="accuracy budget: mean cosine vs fp32 reference")] = 0.995,
     min_cosine_min: Annotated[float, typer.Option(help="accuracy budget: worst single item's cosine")] = 0.98,
-    min_topk_overlap: Annotated[float, typer.Option(help="accuracy budget: mean share of each text's 10 nearest neighbours (among the verified texts) kept; 0 = not enforced")] = _budget("min_topk_overlap"),
-    min_bucket_items: Annotated[int, typer.Option(help="accuracy budget: the mean cosine and top-10 are also checked in every token-length bucket with at least this many verified texts")] = _budget("min_bucket_items"),
-    eval_pairs: Annotated[Path | None, typer.Option(help="embeddings: JSONL of {\"query\", \"positive\"[, \"negatives\": [...]]}; recall@10 and MRR over a corpus of the file's documents, for the reference and each candidate")] = None,
-    max_recall_drop: Annotated[float, typer.Option(help="--eval-pairs: recall@10 may fall this far below the reference's (absolute)")] = _budget("max_recall_drop"),
-    eval_fn: Annotated[str | None, typer.Option("--eval", help="embeddings: module:function or path/to/file.py:function, called with embed(texts) -> unit vectors (numpy); returns {name: value} (higher is better) or {name: (value, 'higher'|'lower')}")] = None,
-    max_eval_drop: Annotated[float, typer.Option(help="--eval: each metric may be this much worse than the reference's, in its own units")] = _budget("max_eval_drop"),
+    min_topk_overlap: Annotated[float, typer.Option(
+        help="accuracy budget: mean share of each text's 10 nearest neighbours (among "
+             "the verified texts) kept; 0 = not enforced")] = _budget("min_topk_overlap"),
+    min_bucket_items: Annotated[int, typer.Option(
+        help="accuracy budget: the mean cosine and top-10 are also checked in every token-length "
+             "bucket with at least this many verified texts")] = _budget("min_bucket_items"),
+    eval_pairs: Annotated[Path | None, typer.Option(
+        help="embeddings: JSONL of {\"query\", \"positive\"[, \"negatives\": [...]]}; recall@10 and MRR over a corpus "
+             "of the file's documents, for the reference and each candidate")] = None,
+    max_recall_drop: Annotated[float, typer.Option(
+        help="--eval-pairs: recall@10 may fall this far below the "
+             "reference's (absolute)")] = _budget("max_recall_drop"),
+    eval_fn: Annotated[str | None, typer.Option(
+        "--eval",
+        help="embeddings: module:function or path/to/file.py:function, called with embed(texts) -> unit vectors "
+             "(numpy); returns {name: value} (higher is better) or {name: (value, 'higher'|'lower')}")] = None,
+    max_eval_drop: Annotated[float, typer.Option(
+        help="--eval: each metric may be this much worse than the "
+             "reference's, in its own units")] = _budget("max_eval_drop"),
     quick: Annotated[bool, typer.Option(help="fewer candidates, items and rounds (about 2 min on 2 cores)")] = False,
     out: Annotated[Path | None, typer.Option(help="output directory (default runs/<timestamp>)")] = None,
-    candidates: Annotated[str | None, typer.Option(help="comma-separated substrings of candidate ids to keep, e.g. 'bf16,onnxruntime'")] = None,
-    rounds: Annotated[int, typer.Option(help="timed passes over the eval split per candidate, interleaved (after one warm-up pass); leaders get --confirm-rounds more")] = _default("rounds"),
-    confirm_rounds: Annotated[int, typer.Option(help="extra interleaved passes for the 3 leaders and the baseline")] = _default("confirm_rounds"),
-    tie_margin: Annotated[float, typer.Option(help="a simpler engine (eager < onnxruntime < compile) this close to the fastest wins (0.05 = 5%)")] = _default("tie_margin"),
+    candidates: Annotated[str | None, typer.Option(
+        help="comma-separated substrings of candidate ids to keep, e.g. 'bf16,onnxruntime'")] = None,
+    rounds: Annotated[int, typer.Option(
+        help="timed passes over the eval split per candidate, interleaved (after one "
+             "warm-up pass); leaders get --confirm-rounds more")] = _default("rounds"),
+    confirm_rounds: Annotated[int, typer.Option(
+        help="extra interleaved passes for the 3 leaders and the baseline")] = _default("confirm_rounds"),
+    tie_margin: Annotated[float, typer.Option(
+        help="a simpler engine (eager < onnxruntime < compile) this close "
+             "to the fastest wins (0.05 = 5%)")] = _default("tie_margin"),
     threads: Annotated[int | None, typer.Option(help="torch/ORT threads (default: all cores)")] = None,
     max_eval_items: Annotated[int | None, typer.Option(help="cap on eval items (stratified by length)")] = None,
-    pooling: Annotated[str | None, typer.Option(help="override pooling for plain HF encoders: mean|cls|max|last")] = None,
-    task: Annotated[str | None, typer.Option(help="embed or generate, when the model's files do not say (a decoder embedder published as *ForCausalLM without modules.json: --task embed)")] = None,
-    dimensions: Annotated[str | None, typer.Option(help="embeddings: judge accuracy on the first N dimensions (Matryoshka), as clients will request them; auto: the smallest prefix a Matryoshka-trained model keeps within budget (a model not trained for it keeps every dimension and is told what truncation costs)")] = None,
-    peers: Annotated[str | None, typer.Option(help="embeddings: after tuning, serve the artifact with `infertune serve` and these engines (vllm: its pooling runner, from .venv-vllm or $INFERTUNE_VLLM_PYTHON) on the source model, each in its own process, and measure them side by side on the workload (results.json 'peers')")] = None,
-    max_ppl_delta: Annotated[float, typer.Option(help="causal LMs: allowed perplexity rise vs the reference (0.02 = +2%)")] = 0.02,
-    min_top1: Annotated[float, typer.Option(help="causal LMs: minimum next-token top-1 agreement with the reference")] = 0.97,
-    slo_ttft_ms: Annotated[float | None, typer.Option(help="causal LMs served by vLLM: P99 time to first token (ms); the pick is the highest request rate meeting every SLO given")] = None,
-    slo_tpot_ms: Annotated[float | None, typer.Option(help="causal LMs served by vLLM: P99 time per output token (ms)")] = None,
-    lm_engine: Annotated[str, typer.Option(help="causal LMs: vllm (checkpoints x vLLM arguments, measured as served; the winner is what `serve` runs), torch (our batch-1 decode loops: a roofline diagnosis), auto (vllm where installed)")] = _default("lm_engine"),
-    lm_concurrency: Annotated[int, typer.Option(help="causal LMs (vllm): requests in flight for closed-loop points (the probe; the pick without an SLO)")] = _default("lm_concurrency"),
-    lm_max_tokens: Annotated[int | None, typer.Option(help="causal LMs (vllm): cap on each request's output tokens (default: the workload's max_tokens)")] = None,
-    vllm_args: Annotated[str | None, typer.Option(help="causal LMs (vllm): arguments every vLLM server gets, the reference too, e.g. '--enforce-eager' (no compile at start) or '--gpu-memory-utilization 0.8'")] = None,
-    lm_batches: Annotated[str, typer.Option(help="causal LMs: decode batch sizes for TPOT, comma-separated")] = "1,8,32",
+    pooling: Annotated[str | None, typer.Option(
+        help="override pooling for plain HF encoders: mean|cls|max|last")] = None,
+    task: Annotated[str | None, typer.Option(
+        help="embed or generate, when the model's files do not say (a decoder embedder "
+             "published as *ForCausalLM without modules.json: --task embed)")] = None,
+    dimensions: Annotated[str | None, typer.Option(
+        help="embeddings: judge accuracy on the first N dimensions (Matryoshka), as clients will request them; auto: "
+             "the smallest prefix a Matryoshka-trained model keeps within budget (a model not trained for it keeps "
+             "every dimension and is told what truncation costs)")] = None,
+    peers: Annotated[str | None, typer.Option(
+        help="embeddings: after tuning, serve the artifact with `infertune serve` and these engines (vllm: its pooling "
+             "runner, from .venv-vllm or $INFERTUNE_VLLM_PYTHON) on the source model, each in its own process, and "
+             "measure them side by side on the workload (results.json 'peers')")] = None,
+    max_ppl_delta: Annotated[float, typer.Option(
+        help="causal LMs: allowed perplexity rise vs the reference (0.02 = +2%)")] = 0.02,
+    min_top1: Annotated[float, typer.Option(
+        help="causal LMs: minimum next-token top-1 agreement with the reference")] = 0.97,
+    slo_ttft_ms: Annotated[float | None, typer.Option(
+        help="causal LMs served by vLLM: P99 time to first token (ms); the "
+             "pick is the highest request rate meeting every SLO given")] = None,
+    slo_tpot_ms: Annotated[float | None, typer.Option(
+        help="causal LMs served by vLLM: P99 time per output token (ms)")] = None,
+    lm_engine: Annotated[str, typer.Option(
+        help="causal LMs: vllm (checkpoints x vLLM arguments, measured as served; the winner is what `serve` runs), "
+             "torch (our batch-1 decode loops: a roofline diagnosis), "
+             "auto (vllm where installed)")] = _default("lm_engine"),
+    lm_concurrency: Annotated[int, typer.Option(
+        help="causal LMs (vllm): requests in flight for closed-loop points (the "
+             "probe; the pick without an SLO)")] = _default("lm_concurrency"),
+    lm_max_tokens: Annotated[int | None, typer.Option(
+        help="causal LMs (vllm): cap on each request's output tokens (default: the workload's max_tokens)")] = None,
+    vllm_args: Annotated[str | None, typer.Option(
+        help="causal LMs (vllm): arguments every vLLM server gets, the reference too, e.g. '--enforce-eager' (no "
+             "compile at start) or '--gpu-memory-utilization 0.8'")] = None,
+    lm_batches: Annotated[str, typer.Option(
+        help="causal LMs: decode batch sizes for TPOT, comma-separated")] = "1,8,32",
     lm_time_budget: Annotated[float, Duration("causal LMs: the default --time-budget (halved with --quick)")] = 540,
-    time_budget: Annotated[float | None, Duration("wall-clock budget of the whole run, honoured within ~10%: every stage scales to it and candidates that cannot start in time are skipped with that reason. Default: 5m (2.5m with --quick) for embeddings on CPU, 3m on GPU, --lm-time-budget for causal LMs")] = None,
-    drop_below: Annotated[float, typer.Option(help="successive halving: drop a candidate whose short probe runs below this fraction of the best verified probe so far (0 keeps every candidate)")] = _default("drop_below"),
-    keep_exports: Annotated[bool, typer.Option(help="keep every candidate's exported files (ONNX, quantized ONNX) in <out>/exports; by default only the winner's artifact stays")] = False,
+    time_budget: Annotated[float | None, Duration(
+        "wall-clock budget of the whole run, honoured within ~10%: every stage scales to it and candidates that cannot "
+        "start in time are skipped with that reason. Default: 5m (2.5m with --quick) "
+        "for embeddings on CPU, 3m on GPU, --lm-time-budget for causal LMs")] = None,
+    drop_below: Annotated[float, typer.Option(
+        help="successive halving: drop a candidate whose short probe runs below this fraction of "
+             "the best verified probe so far (0 keeps every candidate)")] = _default("drop_below"),
+    keep_exports: Annotated[bool, typer.Option(
+        help="keep every candidate's exported files (ONNX, quantized ONNX) in "
+             "<out>/exports; by default only the winner's artifact stays")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print results.json to stdout; humans read stderr")] = False,
 ) -> None:
     """Measure candidates (engine x precision x batching) chosen for this host on your workload, verify
@@ -93,16 +146,18 @@ def tune_cmd(
         raise InfertuneError(f"--device must be cpu or cuda, not {device!r}")
     cfg = TuneConfig(
         model=model, workload=workload, device=device, slo=SLO(p99_ms=slo_p99_ms),
-        accuracy=AccuracyBudget(min_cosine_mean=min_cosine, min_cosine_min=min_cosine_min, min_topk_overlap=min_topk_overlap,
-                                min_bucket_items=min_bucket_items, max_recall_drop=max_recall_drop,
-                                max_eval_drop=max_eval_drop),
+        accuracy=AccuracyBudget(min_cosine_mean=min_cosine, min_cosine_min=min_cosine_min,
+                                min_topk_overlap=min_topk_overlap, min_bucket_items=min_bucket_items,
+                                max_recall_drop=max_recall_drop, max_eval_drop=max_eval_drop),
         eval_pairs=eval_pairs, eval_fn=eval_fn, quick=quick, out=out,
         candidates=[c.strip() for c in candidates.split(",") if c.strip()] if candidates else None,
-        rounds=rounds, confirm_rounds=confirm_rounds, tie_margin=tie_margin, threads=threads, max_eval_items=max_eval_items, pooling=pooling, task=task, dimensions=dimensions,
+        rounds=rounds, confirm_rounds=confirm_rounds, tie_margin=tie_margin, threads=threads,
+        max_eval_items=max_eval_items, pooling=pooling, task=task, dimensions=dimensions,
         peers=[p.strip() for p in (peers or "").split(",") if p.strip()],
         lm_accuracy=LMAccuracyBudget(max_ppl_delta_rel=max_ppl_delta, min_top1_agreement=min_top1),
         slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, lm_engine=lm_engine, lm_concurrency=lm_concurrency,
-        lm_max_tokens=lm_max_tokens, lm_vllm_args=tuple(shlex.split(vllm_args or "")), lm_batches=_batches(lm_batches), lm_time_budget_s=lm_time_budget, time_budget_s=time_budget,
+        lm_max_tokens=lm_max_tokens, lm_vllm_args=tuple(shlex.split(vllm_args or "")), lm_batches=_batches(lm_batches),
+        lm_time_budget_s=lm_time_budget, time_budget_s=time_budget,
         drop_below=drop_below, keep_exports=keep_exports,
     )
     result = tune(cfg)

@@ -62,7 +62,8 @@ def _serve_workload(cfg: DeployConfig, model_dir: Path, manifest: dict) -> Workl
             notes.append(f"the artifact was tuned on {tuned_on} and is served on {device}: its pick and batch sizes "
                          f"were measured there; run `infertune tune --device {device}` on the target for its own")
     else:
-        notes.append("untuned embedding model: run `infertune tune` and deploy the artifact to serve the fastest candidate")
+        notes.append("untuned embedding model: run `infertune tune` and deploy the artifact to serve the fastest "
+                     "candidate")
     sizing, place = _size_and_place(cfg, model_dir, manifest, device, tuned_on)
     cand = manifest.get("candidate") or {}
     backend = (cand.get("backend") or str(manifest.get("candidate_id", "")).split("/")[0] or None

@@ -67,7 +67,8 @@ def cached_checkpoint(model_dir: str | Path, scheme: Scheme, calib_file: str | P
     `calib_file`. The directory is `<cache_dir>/<model>-<suffix>-<key>`; a half-written one is made again."""
     recipe = recipe_for(scheme, model_dir)
     key = checkpoint_key(model_dir, scheme, recipe, calib_file if scheme.calibrated else None, max_seq_length)
-    suffix = scheme.suffix if recipe == scheme.recipe else scheme.suffix.replace("G128", f"G{group_size_for(model_dir)}")
+    suffix = (scheme.suffix if recipe == scheme.recipe
+              else scheme.suffix.replace("G128", f"G{group_size_for(model_dir)}"))
     out = Path(cache_dir) / f"{Path(model_dir).name}-{suffix}-{key}"
     rec_file = Path(str(out) + RECORD_SUFFIX)
     if rec_file.is_file() and (out / "config.json").is_file():

@@ -63,7 +63,8 @@ class ServedWorker:
 
         if self.srv is None or self.srv.proc.poll() is not None:
             code = None if self.srv is None else self.srv.proc.returncode
-            raise WorkerFailed(f"the vLLM server is not running (exit code {code}){self.srv._tail() if self.srv else ''}")
+            raise WorkerFailed(f"the vLLM server is not running (exit code {code})"
+                               f"{self.srv._tail() if self.srv else ''}")
         url = self.srv.url
         try:
             if cmd == "logprobs":

@@ -83,7 +83,8 @@ def command(artifact: str | Path, host: str, port: int, python: str | None = Non
     root = Path(artifact)
     m = read_manifest(root)
     if m.get("kind") != "causal-lm":
-        raise InfertuneError(f"{root} is a {m.get('kind')!r} artifact, not a causal LM; serve it with `infertune serve`")
+        raise InfertuneError(f"{root} is a {m.get('kind')!r} artifact, not a causal LM; "
+                             "serve it with `infertune serve`")
     v = m["vllm"]
     model_dir = root / v["model_dir"]
     if not (model_dir / "config.json").exists():
@@ -143,8 +144,8 @@ class VLLMServer:
         self.log = log
         out = open(log, "ab") if log else None  # noqa: SIM115 - closed in stop()
         self._out = out
-        self.proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT if out else None,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=out,
+                                     stderr=subprocess.STDOUT if out else None, start_new_session=True)
 
     def wait_healthy(self, timeout_s: float = 900) -> float:
         import httpx

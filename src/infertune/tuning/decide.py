@@ -73,7 +73,8 @@ def decide(task: Task, result: TuneResult, tie_margin: float, drift) -> None:
     if base_speed:
         lines.append(f"That is {task.speed(win) / base_speed:.2f}x {task.baseline_label} ({base.name}, "
                      f"{base_speed:.1f} {u}, measured in the same run, {task.measured_how}).")
-    faster = [r for r in result.candidates if task.speed(r) > task.speed(win) and r.name not in (win.name, fastest.name)]
+    faster = [r for r in result.candidates
+              if task.speed(r) > task.speed(win) and r.name not in (win.name, fastest.name)]
     for r in sorted(faster, key=task.speed, reverse=True)[:3]:
         lines.append(f"Faster but not chosen: {r.name} ({task.speed(r):.1f} {u}"
                      f"{', probe' if r.stage == 'probe' else ''}): {r.reason or r.status}.")

@@ -78,7 +78,8 @@ def test_serve_reproduces_the_recorded_greedy_continuations(served_tune, free_po
     assert m["engine"] == "vllm" and m["vllm"]["args"][0] == "--enforce-eager"
     assert len(m["greedy"]["samples"]) >= 16
     code = ("import sys; from infertune.llm.vllm_server import serve_llm; "
-            f"sys.exit(serve_llm({str(art)!r}, port={free_port}, python={str(VENV)!r}, log={str(tmp_path / 'v.log')!r}))")
+            f"sys.exit(serve_llm({str(art)!r}, port={free_port}, python={str(VENV)!r}, "
+            f"log={str(tmp_path / 'v.log')!r}))")
     proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)

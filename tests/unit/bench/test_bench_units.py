@@ -64,7 +64,8 @@ def test_synthetic_lengths_follow_the_spec():
     assert 200 / 1.12 <= med <= 200 * 1.12
     body = json.loads(req.bodies[0])
     assert body["max_tokens"] == 128 and body["stream"] is True and body["model"] == "m"
-    assert len({json.loads(b)["prompt"].split()[0] for b in req.bodies}) == 400  # unique first word: no shared prefix cache hits
+    # unique first word: no shared prefix cache hits
+    assert len({json.loads(b)["prompt"].split()[0] for b in req.bodies}) == 400
 
 
 @pytest.mark.parametrize("bad", ["prompt=zipf(2)", "output=3", "prompt=lognormal(200", "foo=1,prompt=3"])
@@ -272,7 +273,8 @@ def test_import_bench_is_light():
     import subprocess
     import sys
 
-    code = "import sys, infertune.bench.runner, infertune.cli.bench; print(sorted(m for m in ('torch','aiohttp','matplotlib') if m in sys.modules))"
+    code = ("import sys, infertune.bench.runner, infertune.cli.bench; "
+            "print(sorted(m for m in ('torch','aiohttp','matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -311,7 +313,8 @@ def test_a_point_that_completed_nothing_says_so_and_why():
     # every request failed: the errors are the reason
     recs = [_rec(2.0 + i, kind="http_5xx") for i in range(3)]
     p = build_point([{"records": recs, "beats": [], "cpu": 0.1, "wall": 8.0}], offered=Offered(rate=1), t0=0.0,
-                    warmup=2.0, duration=8.0, streaming=False, bench_t0=0.0, cfg=BenchConfig(url="http://h"), mode="rate")
+                    warmup=2.0, duration=8.0, streaming=False, bench_t0=0.0, cfg=BenchConfig(url="http://h"),
+                    mode="rate")
     assert p.ok == 0 and "3 of 3 failed (3 x http_5xx)" in p.warning
 
 

@@ -102,7 +102,8 @@ def test_the_pick_is_the_highest_goodput_and_vllm_defaults_win_ties():
     t = _task(slo_ttft_ms=1000, slo_tpot_ms=50)
     ref = _r("vllm/bf16", goodput=0.30, ttft99=500, tpot99=40)
     q = _r("vllm/w4a16", goodput=0.50, ttft99=400, tpot99=30, ckpt="w4a16", ppl=0.01)
-    qs = _r("vllm/w4a16/max-num-seqs=4", goodput=0.52, ttft99=400, tpot99=29, ckpt="w4a16", args=("--max-num-seqs", "4"))
+    qs = _r("vllm/w4a16/max-num-seqs=4", goodput=0.52, ttft99=400, tpot99=29, ckpt="w4a16",
+            args=("--max-num-seqs", "4"))
     bad = _r("vllm/int8-w8a8", goodput=0.0, ttft99=400, tpot99=70, ckpt="int8-w8a8")
     res = TuneResult(kind="causal-lm", model="m", config={}, environment={}, workload=None, started="", out_dir="",
                      candidates=[ref, q, qs, bad], baseline=ref, reference="vllm/bf16")

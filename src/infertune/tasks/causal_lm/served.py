@@ -278,7 +278,8 @@ class ServedLMTask(CausalLMTask):
         else:
             pt, head = got, f"{got.get('requests_per_s') or 0:.3f} req/s"
             if stage == "confirm":
-                head = f"confirm at {got.get('rate')} req/s: {'held' if got.get('slo_pass') else 'did not hold'}, " + head
+                head = (f"confirm at {got.get('rate')} req/s: "
+                        f"{'held' if got.get('slo_pass') else 'did not hold'}, " + head)
         t, p = pt.get("ttft_ms") or {}, pt.get("tpot_ms") or {}
         self.console.print(f"    {cand.id}: {head} (TTFT P99 {t.get('p99') or 0:.0f} ms, TPOT P99 "
                            f"{p.get('p99') or 0:.1f} ms; {got.get('points', 1)} bench points, {got.get('wall_s')} s)",
