@@ -83,7 +83,9 @@ def decide(task: Task, result: TuneResult, tie_margin: float, drift) -> None:
         r = others[0]
         gap = (task.speed(r) / task.speed(win) - 1) * 100
         lines.append(f"Runner-up: {r.name} at {task.speed(r):.1f} {u} ("
-                     + (f"{gap:.1f}% faster, tied as above)." if gap > 0 else f"{-gap:.0f}% slower)."))
+                     + (f"{gap:.1f}% faster, tied as above)." if gap >= 0.05 else
+                        "the same rate within 0.1%; the winner is the simpler one)." if gap > -0.5 else
+                        f"{-gap:.0f}% slower)."))
     result.decision = lines
 
 

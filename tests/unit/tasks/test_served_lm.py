@@ -112,6 +112,15 @@ def test_the_pick_is_the_highest_goodput_and_vllm_defaults_win_ties():
     assert res.winner.name == "vllm/w4a16" and res.winner.speedup_vs_baseline == pytest.approx(0.5 / 0.3, rel=1e-3)
     assert next(r for r in res.candidates if r.name == "vllm/int8-w8a8").status == "rejected"
     assert any("simpler configuration" in x for x in res.decision)
+    # an exact tie (the same rate found by two searches) says so instead of "-0% slower"
+    twin = _r("vllm/w4a16/max-num-batched-tokens=512", goodput=0.50, ttft99=400, tpot99=30, ckpt="w4a16",
+              args=("--max-num-batched-tokens", "512"))
+    res2 = TuneResult(kind="causal-lm", model="m", config={}, environment={}, workload=None, started="", out_dir="",
+                      candidates=[_r("vllm/bf16", goodput=0.30, ttft99=500, tpot99=40), q.model_copy(), twin],
+                      reference="vllm/bf16")
+    decide(t, res2, 0.10, t.drift)
+    assert res2.winner.name == "vllm/w4a16"
+    assert any("the same rate" in x for x in res2.decision) and not any("-0%" in x for x in res2.decision)
 
 
 def test_the_report_says_when_a_quantized_checkpoint_loses_with_both_figures(tmp_path):
