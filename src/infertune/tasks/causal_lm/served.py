@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from infertune.results import CandidateResult, Latency, TuneResult
-from infertune.tasks.causal_lm.task import CausalLMTask
+from infertune.tasks.causal_lm.task import RANDOM_WEIGHTS_MAX_KL, CausalLMTask
 from infertune.tuning.task import Option, Probe
 
 QUICK_BUDGET_S, FULL_BUDGET_S = 840.0, 2400.0
@@ -217,6 +217,11 @@ class ServedLMTask(CausalLMTask):
         else:
             acc = accuracy(self.ref_score, score(self.ref_rows, rows), self.ref_greedy, greedy)
         ok, why = within_budget(acc, self.cfg.lm_accuracy)
+        if self.spec.random_weights and cand.id != self.baseline_id():
+            # near-uniform logits of random weights flip their argmax on rounding alone: judged on KL, as the
+            # torch engine does (tasks/causal_lm/task.py)
+            ok = (acc.kl_mean or 0.0) <= RANDOM_WEIGHTS_MAX_KL
+            why = "" if ok else f"random weights: KL {acc.kl_mean:.2e} > {RANDOM_WEIGHTS_MAX_KL:g} nats/token"
         self.console.print(f"    {cand.id}: ppl {acc.ppl:.3f} ({acc.ppl_delta_rel * 100:+.2f}%), top-1 "
                            f"{acc.top1_agreement:.4f}, KL {acc.kl_mean:.2e}, greedy {acc.greedy_agreement:.2f} "
                            f"(exact {acc.greedy_exact:.2f}; {time.perf_counter() - t:.0f} s)"
