@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 # pass: one on the device, one queued behind it (double buffering). Session 11, H200, MiniLM at 32 texts per
 # request: one thread doing collate -> forward -> wait -> answer kept the GPU at 48%
 ASYNC_DEPTH = 2
+# the server pads lengths to a multiple of this (pad_length): a server that sees every length 1..N keeps
+# kernels for every shape, and memory grows with them (serve/memory.py); eight times fewer shapes costs
+# < 4 padded tokens per row on average
+PAD_MULTIPLE = 8
 
 
 def plan_batches(lengths: Sequence[int], policy: Batching, max_padding: float | None = None) -> list[list[int]]:

@@ -100,11 +100,12 @@ def serve_cmd(
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "warning",
     worker_process: Annotated[bool, typer.Option(
         "--worker-process/--in-process",
-        help="run the model in a supervised child process that is restarted when it dies (in-flight "
-             "requests get 503, /metrics counts infertune_worker_restarts_total)")] = False,
+        help="run the model in a supervised engine process that is restarted when it dies (in-flight "
+             "requests get 503, /metrics counts infertune_worker_restarts_total); several frontends or GPUs "
+             "always run so")] = False,
     worker_timeout_s: Annotated[float, Duration(
-        "with --worker-process: a forward pass not answered within "
-        "this is a stall; the worker is killed and restarted")] = 60.0,
+        "with engine processes (--worker-process, --frontends N, several GPUs): an engine that holds "
+        "requests and answers nothing for this long is stalled; it is killed and restarted")] = 60.0,
     ceiling: Annotated[bool, typer.Option(
         "--ceiling",
         help="do not serve: measure the forward-only ceiling (items/s with nothing but the "

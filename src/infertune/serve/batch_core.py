@@ -1,7 +1,12 @@
-"""The batching loop of an engine process (multi-process serve), in arrays rather than per-item objects.
+"""The batching loop of the server, in arrays rather than per-item objects.
+
+The one batch core of `serve`, in both topologies: in a thread of the server process (one process), or in
+an engine process per device (several). Its intake is an inbox of messages (transport.ZmqInbox, a ZeroMQ
+PULL socket; inproc.InprocInbox, a queue in the same process) and its output a `send(frontend, frames)`
+callback; the messages are the same either way (transport.py).
 
 One thread does everything, so nothing waits on a lock or hands work to another thread under the GIL:
-drain the frontends' messages from the PULL socket (each a block of requests: row lengths and token ids
+drain the clients' messages from the inbox (each a block of requests: row lengths and token ids
 as int32 arrays), gather a window, run it, send the answers. Per request the cost is a tuple in a
 header; per item, a slot in numpy arrays.
 
@@ -21,7 +26,6 @@ While a window runs, new requests queue in ZeroMQ; the next window takes them al
 from __future__ import annotations
 
 import logging
-import os
 import pickle
 import queue
 import threading
@@ -31,11 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from infertune.batching import ASYNC_DEPTH, bucket_rows, fit_line, plan_batches, plan_by_cost, plan_packed
+from infertune.batching import ASYNC_DEPTH, PAD_MULTIPLE, bucket_rows, fit_line, plan_batches, plan_by_cost, plan_packed
 from infertune.config import Batching
+from infertune.serve.errors import BatchFailed, to_wire
 
 log = logging.getLogger("infertune.serve")
-PAD_MULTIPLE = 8
 
 
 class _Window:
@@ -62,9 +66,10 @@ class Chunk:
 
 
 class BatchCore:
-    def __init__(self, emb: Any, settings: Any, metrics: Any, pull: Any, send: Any,
+    def __init__(self, emb: Any, settings: Any, metrics: Any, inbox: Any, send: Any,
                  seed: list[tuple[float, float]] | None = None):
-        self.emb, self.s, self.m, self.pull, self.send = emb, settings, metrics, pull, send
+        # inbox.get(timeout_s) -> the messages (frame lists) that arrived, waiting up to timeout_s for the first
+        self.emb, self.s, self.m, self.inbox, self.send = emb, settings, metrics, inbox, send
         # forward seconds against padded tokens, fitted online: where a window splits into batches
         self.timings: deque[tuple[float, float]] = deque(seed or [], maxlen=256)
         self.cost = fit_line(self.timings) if len(self.timings) >= 4 else None
@@ -85,7 +90,6 @@ class BatchCore:
         self._q: queue.Queue | None = None  # launched batches for the answer thread (loop(), async engines)
         self._slots: threading.Semaphore | None = None
         self._last_done = 0.0
-        self.grow_past_graphs = os.environ.get("INFERTUNE_GROW_PAST_GRAPHS") == "1"  # grown_budget
 
     def wait_s(self) -> float:
         """How long a window waits for more work after its first item. A packed engine (a batch costs its real
@@ -98,16 +102,8 @@ class BatchCore:
         return self.s.max_wait_ms / 1000
 
     # --- intake ------------------------------------------------------------------------------------------
-    def _drain(self, timeout_ms: float) -> None:
-        import zmq
-
-        if not self.pull.poll(max(0, int(timeout_ms))):
-            return
-        while True:
-            try:
-                frames = self.pull.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+    def _drain(self, timeout_s: float) -> None:
+        for frames in self.inbox.get(max(0.0, timeout_s)):
             try:
                 self.pending.append(Chunk(frames))
             except Exception:  # noqa: BLE001 - a malformed message is logged; the engine goes on
@@ -118,7 +114,7 @@ class BatchCore:
         while not self.pending:
             if stop.is_set():
                 return None
-            self._drain(100)
+            self._drain(0.1)
         deadline = self.pending[0].t + self.wait_s()
         while True:
             rows = sum(len(c.lens) for c in self.pending)
@@ -128,7 +124,7 @@ class BatchCore:
             left = deadline - time.perf_counter()
             if left <= 0:
                 break
-            self._drain(left * 1000)
+            self._drain(left)
         self._drain(0)
         taken, rows = [], 0
         while self.pending and (not taken or rows < 4 * self.window_rows):
@@ -142,9 +138,8 @@ class BatchCore:
         engine's CUDA graphs while they are on. A batch past them runs eagerly, a Python call per module on the
         engine's one thread: session 13 on the H200, MiniLM packed at 32 texts per request, 2,134 of 10,427
         batches (the 16,384-65,536-token ones) ran eagerly, the engine's main thread spent 46% of its samples in
-        that eager forward and was the bound (120% of a core, GPU 40% busy). INFERTUNE_GROW_PAST_GRAPHS=1 lets
-        batches grow past the graphs again (a side-by-side check)."""
-        on = getattr(self.emb, "on", False) and not self.grow_past_graphs
+        that eager forward and was the bound (120% of a core, GPU 40% busy)."""
+        on = getattr(self.emb, "on", False)
         cap = getattr(self.emb, "max_tokens", None) if on else None
         if not cap or self.grown.size <= cap:
             return self.grown
@@ -248,7 +243,7 @@ class BatchCore:
         log.error("forward pass failed: %s: %s", type(e).__name__, e, exc_info=e)
         self.m.batch_failures.inc()
         win.failed[idx] = True
-        win.err = (500, f"the batch holding this request failed: {type(e).__name__}: {e}", "server_error", None)
+        win.err = to_wire(BatchFailed(f"the batch holding this request failed: {type(e).__name__}: {e}"))
 
     def _answer_loop(self) -> None:
         while (item := self._q.get()) is not None:

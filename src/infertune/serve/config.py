@@ -73,9 +73,9 @@ class ServeConfig(BaseModel):
         "refuse to serve an artifact whose tune host differs from this one in a way that changes speed or "
         "correctness (CPU features its engine uses, GPU compute capability or product, the engine's version)"))
     log_level: str = "warning"
-    worker_process: bool = False  # run the model in a supervised child process, restarted when it dies
-    worker_timeout_s: Seconds = Field(60.0, gt=0, description="a forward pass the worker does not answer within "
-                                    "this is treated as a stall: the worker is killed and restarted")
+    worker_process: bool = False  # the model in a supervised engine process (the processes topology, 1 frontend)
+    worker_timeout_s: Seconds = Field(60.0, gt=0, description="an engine process that holds requests and answers "
+                                      "nothing for this long is treated as stalled: it is killed and restarted")
 
     def load_options(self) -> dict[str, Any]:
         """What artifact.load_model needs besides the model and device (passed to every engine process)."""

@@ -1,14 +1,18 @@
-"""A frontend's face of the engine processes (multi-process `serve`): the same `submit()` as `Engine`, so
-the HTTP app does not know which one it talks to.
+"""The HTTP side's one face of the batch core: `submit()` a parsed request, get the rendered body back.
 
-Per request, on the frontend's event loop: admission (at most `max_queue` in flight in this frontend,
-then 429), tokenization (a thread for requests of many texts, so the loop stays free), the choice of
-engine (the one with the fewest rows this frontend has outstanding on it), then the request waits in an
-outbox that is flushed once per turn of the loop: every request admitted in that turn travels in one
-message (transport.py). Results come back on this frontend's PULL socket and are rendered here.
+The same client serves both topologies; only its link differs: inproc.InprocLink to a batch core in a
+thread of this process, or transport.ZmqLink to engine processes (one per device).
 
-When the launcher says an engine went down, the requests outstanding on it fail at once with 503 (as a
-batch in a dead worker does in single-process mode) and no new ones go to it until it is back.
+Per request, on the event loop: admission (at most `max_queue` in flight in this client, then Overloaded),
+tokenization (a thread for requests of many texts, so the loop stays free), the choice of engine (the one
+with the fewest rows this client has outstanding on it), then the request waits in an outbox that is
+flushed once per turn of the loop: every request admitted in that turn travels in one message
+(transport.py). Results come back through the link and are rendered here.
+
+When an engine goes down (the launcher says so), the requests outstanding on it fail at once with
+EngineDown and no new ones go to it until it is back. An engine process that holds requests and sends
+nothing for `stall_s` is stalled (a hung device, a stopped process): the client kills it, fails its
+requests, and the launcher restarts it. Errors are serve/errors.py's; http.py maps them to statuses.
 """
 
 from __future__ import annotations
@@ -16,13 +20,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
+import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from infertune.serve.engine import Overloaded, over_limit
-from infertune.serve.schema import ApiError, EmbeddingRequest, render
+from infertune.serve.errors import EngineDown, InputTooLong, Overloaded, TimedOut, from_wire
+from infertune.serve.schema import EmbeddingRequest, render
 
 log = logging.getLogger("infertune.serve")
 THREAD_TEXTS = 16  # requests with at least this many texts are tokenized (and rendered) off the loop
@@ -30,77 +37,93 @@ SLICE_TEXTS = 256  # a tokenizer that holds the GIL (tokie) tokenizes a big requ
 
 
 class EngineClient:
-    def __init__(self, emb: Any, index: int, run_dir: str, engines: int, metrics: Any, *, max_queue: int,
-                 truncate: bool):
-        self.emb = emb  # a bare Embedder: tokenizer and spec, no weights
-        self.index = index
-        self.run_dir = run_dir
+    def __init__(self, emb: Any, index: int, link: Any, metrics: Any, *, max_queue: int, truncate: bool,
+                 stall_s: float | None = None, tokenize_threads: int | None = None):
+        self.emb = emb  # tokenizer and spec (in a frontend process: a bare Embedder, no weights)
+        self.index = index  # this client's address for answers (the frontend's index)
+        self.link = link
         self.m = metrics
         self.max_queue = max_queue
         self.truncate = truncate
+        self.stall_s = stall_s
+        engines = link.engines
         self.inflight = 0
         self.up = [False] * engines
-        self.load = [0] * engines  # rows outstanding per engine, from this frontend
+        self.pids: list[int | None] = [None] * engines  # engine processes (None: a thread of this process)
+        self.load = [0] * engines  # rows outstanding per engine, from this client
+        self.heard = [0.0] * engines  # when each engine last answered this client
         self.items = 0
         self.batches = 0  # messages sent to engines
-        self._pending: dict[int, tuple[asyncio.Future, int, int]] = {}
+        self._pending: dict[int, tuple[asyncio.Future, int, int, float]] = {}  # rid: (future, engine, rows, sent)
         self._outbox: list[list[tuple[int, list[list[int]]]]] = [[] for _ in range(engines)]
         self._flush_at: asyncio.Handle | None = None
         self._ids = itertools.count()
-        self._push: list[Any] = []
-        self._pull: Any = None
-        self._reader: asyncio.Task | None = None
+        self._watch: asyncio.Task | None = None
+        # big requests are tokenized and rendered on these threads (None: asyncio's default pool)
+        self._pool = ThreadPoolExecutor(tokenize_threads, "infertune-tokenize") if tokenize_threads else None
         metrics.watch_gauge(metrics.queue_depth, lambda: float(self.inflight))  # read, not written per request
 
     async def start(self) -> EngineClient:
-        import zmq
-        import zmq.asyncio
-
-        from infertune.serve.transport import engine_addr, frontend_addr
-
-        self._ctx = zmq.Context()
-        for i in range(len(self.up)):
-            s = self._ctx.socket(zmq.PUSH)
-            s.setsockopt(zmq.LINGER, 0)
-            s.setsockopt(zmq.SNDHWM, 0)  # admission bounds what is queued, not the socket
-            s.connect(engine_addr(self.run_dir, i))
-            self._push.append(s)
-        self._actx = zmq.asyncio.Context()
-        self._pull = self._actx.socket(zmq.PULL)
-        self._pull.setsockopt(zmq.LINGER, 0)
-        self._pull.bind(frontend_addr(self.run_dir, self.index))
-        self._reader = asyncio.get_running_loop().create_task(self._read_loop())
+        await self.link.start(self._deliver)
+        if self.stall_s:
+            self._watch = asyncio.get_running_loop().create_task(self._watch_stalls())
         return self
 
     def close(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-        for s in self._push:
-            s.close()
-        if self._pull is not None:
-            self._pull.close()
+        if self._watch is not None:
+            self._watch.cancel()
+        self.link.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
 
-    # --- engines coming and going (called on the loop by the frontend's control thread) -----------------
-    def set_engine(self, i: int, up: bool, why: str = "") -> None:
+    # --- engines coming and going (called on the loop) ---------------------------------------------------
+    def set_engine(self, i: int, up: bool, why: str = "", pid: int | None = None) -> None:
+        self.pids[i] = pid
         if self.up[i] == up:
             return
         self.up[i] = up
         if up:
+            self.heard[i] = time.monotonic()
             return
+        self._fail_engine(i, f"the model worker (engine process) holding this request {why or 'went down'}; it "
+                             "is being restarted; retry in a few seconds")
+
+    def _fail_engine(self, i: int, message: str) -> None:
         self._outbox[i].clear()
-        err = ApiError(503, f"the engine process holding this request {why or 'went down'}; it is being "
-                       "restarted; retry in a few seconds", type="server_error", code="worker_unavailable",
-                       headers={"Retry-After": "1"})
-        for rid in [r for r, (_, e, _) in self._pending.items() if e == i]:
-            fut, _, _ = self._pending.pop(rid)
+        for rid in [r for r, got in self._pending.items() if got[1] == i]:
+            fut = self._pending.pop(rid)[0]
             if not fut.done():
-                fut.set_exception(err)
+                fut.set_exception(EngineDown(message))
         self.load[i] = 0
+
+    async def _watch_stalls(self) -> None:
+        """Kill an engine process that holds this client's requests and has said nothing for `stall_s`."""
+        while True:
+            await asyncio.sleep(min(0.25, self.stall_s / 4))
+            now = time.monotonic()
+            oldest: dict[int, float] = {}
+            for _, eng, _, sent in self._pending.values():
+                oldest[eng] = min(sent, oldest.get(eng, sent))
+            for eng, sent in oldest.items():
+                pid = self.pids[eng]
+                if pid is None or pid == os.getpid() or now - max(sent, self.heard[eng]) < self.stall_s:
+                    continue
+                log.error("engine %d (pid %d) answered nothing for %.1f s with requests waiting: killing it", eng,
+                          pid, self.stall_s)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                self.up[eng] = False
+                self._fail_engine(eng, f"the model worker (engine process {pid}) did not answer within "
+                                       f"{self.stall_s:g} s (stalled); it was killed and is being restarted; "
+                                       "retry in a few seconds")
 
     # --- requests -----------------------------------------------------------------------------------------
     async def submit(self, req: EmbeddingRequest, served_name: str, timeout_s: float) -> bytes:
+        """Embed one request; return the rendered response body. Raises serve.errors.ServeError."""
         if self.inflight >= self.max_queue:
-            raise Overloaded()
+            raise Overloaded(f"server is at capacity ({self.max_queue} requests queued); retry after 1 s")
         self.inflight += 1
         try:
             return await self._submit(req, served_name, timeout_s)
@@ -112,27 +135,27 @@ class EngineClient:
         rows = await self._rows(req) if big else self._tokenize(req)
         live = [i for i, u in enumerate(self.up) if u]
         if not live:
-            raise ApiError(503, "no engine process is up (starting or restarting); poll GET /ready",
-                           type="server_error", code="worker_unavailable", headers={"Retry-After": "1"})
+            raise EngineDown("no model worker (engine) is up: starting or restarting; poll GET /ready")
         eng = min(live, key=self.load.__getitem__)
         rid = next(self._ids)
-        fut = asyncio.get_running_loop().create_future()
-        self._pending[rid] = (fut, eng, len(rows))
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._pending[rid] = (fut, eng, len(rows), time.monotonic())
         self.load[eng] += len(rows)
         self._outbox[eng].append((rid, rows))
         if self._flush_at is None:
-            self._flush_at = asyncio.get_running_loop().call_soon(self._flush)
+            self._flush_at = loop.call_soon(self._flush)
         try:
             vec = await asyncio.wait_for(fut, timeout_s)
         except TimeoutError:
             if (got := self._pending.pop(rid, None)) is not None:
                 self.load[got[1]] -= got[2]
-            raise ApiError(504, f"request took longer than {timeout_s:g} s (the server's --request-timeout-s); "
-                           "retry, or send fewer items", type="timeout", code="timeout") from None
+            raise TimedOut(f"request took longer than {timeout_s:g} s (the server's --request-timeout-s); "
+                           "retry, or send fewer items") from None
         self.items += len(rows)
         tokens = sum(len(r) for r in rows)
         if big:
-            return await asyncio.to_thread(render, vec, req.encoding_format, served_name, tokens, req.dimensions)
+            return await self._off_loop(render, vec, req.encoding_format, served_name, tokens, req.dimensions)
         return render(vec, req.encoding_format, served_name, tokens, req.dimensions)
 
     async def _rows(self, req: EmbeddingRequest) -> list[list[int]]:
@@ -141,13 +164,16 @@ class EngineClient:
         slice a turn, so other requests move between slices."""
         enc = self.emb.token_encoder() if req.texts is not None else None
         if enc is None or not enc.holds_gil:
-            return await asyncio.to_thread(self._tokenize, req)
+            return await self._off_loop(self._tokenize, req)
         rows: list[list[int]] = []
         for at in range(0, req.n, SLICE_TEXTS):
             if at:
                 await asyncio.sleep(0)
             rows += self._tokenize(req, slice(at, at + SLICE_TEXTS))
         return rows
+
+    async def _off_loop(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     def _tokenize(self, req: EmbeddingRequest, part: slice = slice(None)) -> list[list[int]]:
         if req.texts is None:
@@ -167,34 +193,42 @@ class EngineClient:
         self._flush_at = None
         for i, box in enumerate(self._outbox):
             if box:
-                self._push[i].send_multipart(pack_requests(self.index, box), copy=False)
+                self.link.send(i, pack_requests(self.index, box))
                 self._outbox[i] = []
                 self.batches += 1
 
-    async def _read_loop(self) -> None:
+    def _deliver(self, frames: list[Any]) -> None:
+        """One message of finished requests from an engine (on the loop)."""
         from infertune.serve.transport import unpack_results
 
-        dim = self.emb.spec.dim
-        while True:
-            try:
-                frames = await self._pull.recv_multipart()
-                results = unpack_results(frames, dim)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001 - a bad message is logged; the requests in it time out
-                log.exception("could not read a message from an engine")
+        now = time.monotonic()
+        for rid, rows, err in unpack_results(frames, self.emb.spec.dim):
+            got = self._pending.pop(rid, None)
+            if got is None:  # timed out, or failed when its engine went down
                 continue
-            for rid, rows, err in results:
-                got = self._pending.pop(rid, None)
-                if got is None:  # timed out, or failed when its engine went down
-                    continue
-                fut, eng, n = got
-                self.load[eng] -= n
-                if fut.done():
-                    continue
-                if err is not None:
-                    status, message, etype, code = err
-                    fut.set_exception(ApiError(status, message, type=etype, code=code,
-                                               headers={"Retry-After": "1"} if status == 503 else None))
-                else:
-                    fut.set_result(np.asarray(rows))
+            fut, eng, n, _ = got
+            self.load[eng] -= n
+            self.heard[eng] = now
+            if fut.done():
+                continue
+            if err is not None:
+                fut.set_exception(from_wire(err))
+            else:
+                fut.set_result(np.asarray(rows))
+
+
+def over_limit(emb: Any, texts: list[str], rows: list[list[int]], limit: int,
+               offset: int = 0) -> InputTooLong | None:
+    """The error for the first text longer than `limit` tokens (rows were tokenized with truncation, so a
+    row at the limit may have been cut: those are counted again untruncated), or None. `offset`: where `texts`
+    start in the request (its error names the request's index)."""
+    at_limit = [i for i, r in enumerate(rows) if len(r) >= limit]
+    if not at_limit:
+        return None
+    full = emb.count_tokens([texts[i] for i in at_limit])
+    over = [(i, n) for i, n in zip(at_limit, full, strict=True) if n > limit]
+    if not over:
+        return None
+    i, n = over[0]
+    return InputTooLong(f"input[{i + offset}] has {n} tokens; this model's limit is {limit} tokens. Shorten it, or "
+                        "start the server with --truncate", param="input")

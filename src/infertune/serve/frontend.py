@@ -30,7 +30,7 @@ def frontend_main(conn: Any, index: int, cfg_json: str, settings_json: str, serv
     import uvicorn
 
     from infertune.serve.config import ServeConfig, Settings
-    from infertune.serve.http import State, bind_tcp, create_app, draining_server
+    from infertune.serve.http import State, bind_tcp, capture_loop, create_app, draining_server
     from infertune.serve.metrics import Metrics
 
     cfg = ServeConfig.model_validate_json(cfg_json)
@@ -41,16 +41,7 @@ def frontend_main(conn: Any, index: int, cfg_json: str, settings_json: str, serv
         create_app(st), log_level=cfg.log_level, access_log=False, lifespan="on",
         timeout_graceful_shutdown=cfg.graceful_timeout_s, timeout_keep_alive=30, proxy_headers=False), st, cfg.drain_s)
     st.server = server
-    loop_box: list[asyncio.AbstractEventLoop] = []
-    started = threading.Event()
-    orig_startup = server.startup
-
-    async def startup(sockets: Any = None) -> None:
-        loop_box.append(asyncio.get_running_loop())
-        started.set()
-        await orig_startup(sockets=sockets)
-
-    server.startup = startup  # type: ignore[method-assign]
+    loop_box, started = capture_loop(server)
     threading.Thread(target=_control, args=(conn, st, server, loop_box, started, index, run_dir, engines),
                      name="infertune-frontend-control", daemon=True).start()
     for s in (signal.SIGTERM, signal.SIGINT):  # uvicorn re-raises the caught signal after its shutdown
@@ -68,6 +59,7 @@ def _control(conn: Any, st: Any, server: Any, loop_box: list, started: threading
     """Apply what the launcher says: engines ready (with the tokenizer), an engine down or up, drain."""
     from infertune.backends.base import Embedder
     from infertune.serve.engine_client import EngineClient
+    from infertune.serve.transport import ZmqLink
 
     started.wait()
     loop = loop_box[0]
@@ -79,19 +71,21 @@ def _control(conn: Any, st: Any, server: Any, loop_box: list, started: threading
                 info = msg[1]
                 emb = Embedder(info["spec"], info["tokenizer"], "cpu")
                 emb.describe = lambda d=info["describe"]: d  # type: ignore[method-assign]
-                client = EngineClient(emb, index, run_dir, engines, st.metrics, max_queue=st.cfg.max_queue,
-                                      truncate=st.cfg.truncate)
+                client = EngineClient(emb, index, ZmqLink(run_dir, index, engines), st.metrics,
+                                      max_queue=st.cfg.max_queue, truncate=st.cfg.truncate,
+                                      stall_s=st.cfg.worker_timeout_s, tokenize_threads=st.settings.tokenize_workers)
                 asyncio.run_coroutine_threadsafe(client.start(), loop).result(30)
+                st.topology = {**st.topology, "batch_core": info.get("batch_core")}
                 st.vocab_size = info["vocab_size"]
                 st.embedder, st.load_s = emb, info["load_s"]
                 st.engine = client
                 st.metrics.ready.set(1)
             elif kind == "engines":
-                st.topology = {**st.topology, "engines": msg[1], "up": any(e["up"] for e in msg[1]),
-                               "restarts": sum(e["restarts"] for e in msg[1])}
+                st.topology = topology(st.topology, msg[1])
                 if st.engine is not None:
                     for i, e in enumerate(msg[1]):
-                        loop.call_soon_threadsafe(st.engine.set_engine, i, e["up"], e.get("last_exit") or "")
+                        loop.call_soon_threadsafe(st.engine.set_engine, i, e["up"], e.get("last_exit") or "",
+                                                  e.get("pid"))
             elif kind == "load_error":
                 st.load_error = RuntimeError(msg[1])
             elif kind == "drain":
@@ -99,3 +93,14 @@ def _control(conn: Any, st: Any, server: Any, loop_box: list, started: threading
     except (EOFError, OSError):  # the launcher is gone: stop the way SIGTERM does
         print(f"frontend {index}: the launcher went away; draining", file=sys.stderr, flush=True)
         server.drain()
+
+
+def topology(old: dict[str, Any], engines: list[dict[str, Any]]) -> dict[str, Any]:
+    """/ready's "worker" for this frontend: the engines, whether any is up, and their restarts; with one
+    engine also its pid and last exit at the top (what `infertune validate` kills and watches)."""
+    out = {**old, "engines": engines, "up": any(e["up"] for e in engines),
+           "restarts": sum(e["restarts"] for e in engines)}
+    if len(engines) == 1:
+        e = engines[0]
+        out.update(pid=e["pid"], last_exit=e.get("last_exit"), last_restart_s=e.get("last_restart_s"))
+    return out

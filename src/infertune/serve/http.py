@@ -1,11 +1,13 @@
 """The HTTP face of the server: the FastAPI app (routes, OpenAI-shaped errors, the API-key and metrics
 middleware), the State the routes share, and a uvicorn server that drains on SIGTERM. Used by the
-single-process server (app.py) and by every frontend process of multi-process serve (frontend.py).
+single-process server (inproc.py) and by every frontend process of multi-process serve (frontend.py).
+The one place where the serving stack's domain errors (serve/errors.py) become HTTP statuses (`api_error`).
 
 Routes: POST /v1/embeddings (and /embeddings), GET /v1/models, /health (alive), /ready (model loaded and
 warmed up; 503 while draining), /metrics (Prometheus). Every error is JSON in OpenAI's shape.
 """
 
+import asyncio
 import hmac
 import json
 import logging
@@ -19,6 +21,7 @@ from typing import Any
 
 from infertune.errors import InfertuneError
 from infertune.serve.config import ServeConfig, Settings
+from infertune.serve.errors import BatchFailed, EngineDown, InputTooLong, Overloaded, ServeError, TimedOut
 from infertune.serve.schema import ApiError
 
 log = logging.getLogger("infertune.serve")
@@ -42,7 +45,39 @@ class State:
         self.server: Any = None  # uvicorn.Server, to stop it when loading fails
         self.started = time.time()
         self.draining = False  # SIGTERM seen: /ready answers 503 while requests are still accepted
-        self.topology: dict[str, Any] | None = None  # multi-process serve: frontends and engines
+        self.topology: dict[str, Any] | None = None  # how the model is served: /ready's "worker"
+
+
+def api_error(e: ServeError) -> ApiError:
+    """The HTTP answer to a domain error of the serving stack."""
+    retry = {"Retry-After": "1"}
+    if isinstance(e, Overloaded):
+        return ApiError(429, e.message, type="rate_limit_error", code="rate_limit_exceeded", headers=retry)
+    if isinstance(e, InputTooLong):
+        return ApiError(400, e.message, param=e.param or "input", code="context_length_exceeded")
+    if isinstance(e, EngineDown):
+        return ApiError(503, e.message, type="server_error", code="worker_unavailable", headers=retry)
+    if isinstance(e, TimedOut):
+        return ApiError(504, e.message, type="timeout", code="timeout")
+    if isinstance(e, BatchFailed):
+        return ApiError(500, e.message, type="server_error")
+    return ApiError(500, e.message, type="server_error")
+
+
+def capture_loop(server: Any) -> tuple[list[asyncio.AbstractEventLoop], threading.Event]:
+    """The uvicorn server's event loop, once it starts: (a box that will hold it, the event set then). Threads
+    that attach the engine client after the model loads need it."""
+    box: list[asyncio.AbstractEventLoop] = []
+    started = threading.Event()
+    orig = server.startup
+
+    async def startup(sockets: Any = None) -> None:
+        box.append(asyncio.get_running_loop())
+        started.set()
+        await orig(sockets=sockets)
+
+    server.startup = startup
+    return box, started
 
 
 def draining_server(config: Any, st: State, drain_s: float):
@@ -217,7 +252,6 @@ async def embed(st: State, headers: dict[bytes, bytes], chunks: Any) -> bytes:
     """POST /v1/embeddings: headers (raw ASGI), the body's chunks -> the response body; raises ApiError."""
     import anyio
 
-    from infertune.serve.engine import Overloaded
     from infertune.serve.schema import parse_request
 
     cfg, engine = st.cfg, st.engine
@@ -238,9 +272,8 @@ async def embed(st: State, headers: dict[bytes, bytes], chunks: Any) -> bytes:
         req = parse_request(raw, **kw)
     try:
         return await engine.submit(req, st.served[0], cfg.request_timeout_s)
-    except Overloaded:
-        raise ApiError(429, f"server is at capacity ({engine.max_queue} requests queued); retry after 1 s",
-                       type="rate_limit_error", code="rate_limit_exceeded", headers={"Retry-After": "1"}) from None
+    except ServeError as e:
+        raise api_error(e) from None
 
 
 async def _read_body(length: bytes | None, chunks: Any, limit: int) -> bytes:
@@ -291,13 +324,7 @@ async def _embed_asgi(st: State, scope: dict, receive: Any, send: Any) -> None:
 
 
 def _worker(st: State) -> dict[str, Any]:
-    if st.topology is not None:
-        return st.topology
-    emb = st.embedder
-    if not hasattr(emb, "worker_pid"):
-        return {"mode": "thread", "pid": os.getpid(), "restarts": 0}
-    return {"mode": "process", "pid": emb.worker_pid, "up": emb.up, "restarts": emb.restarts,
-            "last_exit": emb.last_exit or None, "last_restart_s": emb.last_restart_s}
+    return st.topology or {"mode": "thread", "pid": os.getpid(), "restarts": 0}
 
 
 def _describe(emb: Any) -> dict[str, Any]:

@@ -29,7 +29,6 @@ from infertune.errors import InfertuneError
 from infertune.hardware.sizing import default_frontends
 from infertune.serve.config import ServeConfig, ServeResult, Settings
 from infertune.serve.http import bind_tcp
-from infertune.serve.supervisor import _describe_exit, await_ready
 
 MP_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -57,7 +56,45 @@ def wants_processes(cfg: ServeConfig, device: str, tuned: int | None = None) -> 
     frontends = cfg.frontends or default_frontends(device, len(devices))
     if not cfg.frontends and tuned and device == "cuda":
         frontends = max(1, min(tuned * len(devices), frontends))
-    return frontends > 1 or len(devices) > 1, devices, frontends
+    # --worker-process: the model in a supervised process of its own, so the processes topology (1 frontend)
+    return frontends > 1 or len(devices) > 1 or cfg.worker_process, devices, frontends
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def await_ready(proc: Any, conn: Any, who: str, timeout_s: float | None = None,
+                stop: Any = None) -> dict[str, Any]:
+    """Wait for a child's ("ready", info) on `conn`; kill it and raise RuntimeError saying why when it dies,
+    takes longer than `timeout_s`, sends an error, or `stop()`."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while not conn.poll(0.2):
+        late = deadline is not None and time.monotonic() > deadline
+        stopping = stop is not None and stop()
+        if not proc.is_alive() or late or stopping:
+            proc.kill()
+            proc.join(5)
+            if stopping:
+                raise RuntimeError("stopping")
+            why = f"did not load within {timeout_s:g} s" if late else describe_exit(proc.exitcode)
+            raise RuntimeError(f"{who} {why} while loading")
+    try:
+        kind, info = conn.recv()
+    except (EOFError, OSError):
+        proc.join(5)
+        raise RuntimeError(f"{who} {describe_exit(proc.exitcode)} while loading") from None
+    if kind != "ready":
+        proc.join(5)
+        raise RuntimeError(f"{who} could not load the model: {info}")
+    return info
 
 
 class _Spawner:
@@ -146,14 +183,15 @@ class Launcher:
                     self._send(i, msg)
 
     # --- engines ------------------------------------------------------------------------------------------
-    def _spawn_engine(self, i: int) -> dict[str, Any]:
+    def _spawn_engine(self, i: int, restart_t0: float | None = None) -> dict[str, Any]:
         from infertune.serve.core import engine_main
 
         parent, child = self.spawner.ctx.Pipe()
         e = self.engines[i]
         proc = self.spawner.start(engine_main, (child, i, self.cfg.model, e["device"], self.settings.threads,
                                                 self.warmup, self.run_dir, self.settings.model_dump(),
-                                                e["restarts"], self.cfg.load_options()), f"infertune-engine-{i}",
+                                                e["restarts"], self.cfg.load_options(), restart_t0),
+                                 f"infertune-engine-{i}",
                                  env=ONE_THREAD if e["device"].startswith("cuda") and not self.settings.threads
                                      else None)
         child.close()
@@ -166,11 +204,11 @@ class Launcher:
         from multiprocessing.connection import wait
 
         e = self.engines[i]
-        backoff, first = 1.0, True
+        backoff, first, died_at = 1.0, True, None
         while not self.closing:
             t0 = time.perf_counter()
             try:
-                info = self._spawn_engine(i)
+                info = self._spawn_engine(i, died_at)
             except Exception as ex:  # noqa: BLE001
                 if self.closing:
                     return
@@ -204,12 +242,13 @@ class Launcher:
             wait([proc.sentinel])
             if self.closing:
                 return
+            died_at = time.time()
             proc.join(5)
             from prometheus_client import multiprocess
 
             multiprocess.mark_process_dead(proc.pid, self.mp_dir)
             with self.lock:
-                e.update(up=False, restarts=e["restarts"] + 1, last_exit=_describe_exit(proc.exitcode), pid=None)
+                e.update(up=False, restarts=e["restarts"] + 1, last_exit=describe_exit(proc.exitcode), pid=None)
             print(f"engine {i} (pid {proc.pid}) {e['last_exit']}; restarting it (restart {e['restarts']})",
                   file=sys.stderr, flush=True)
             self._broadcast(("engines", self.engines))
@@ -260,7 +299,7 @@ class Launcher:
                 from prometheus_client import multiprocess
 
                 multiprocess.mark_process_dead(proc.pid, self.mp_dir)
-                print(f"frontend {i} (pid {proc.pid}) {_describe_exit(proc.exitcode)}; restarting it",
+                print(f"frontend {i} (pid {proc.pid}) {describe_exit(proc.exitcode)}; restarting it",
                       file=sys.stderr, flush=True)
                 self._start_frontend(i)
 
@@ -293,22 +332,14 @@ class Launcher:
 
 def _totals(mp_dir: str) -> tuple[dict[str, int], int, int]:
     """Requests by status, items and batches, added up over every process that wrote metrics."""
-    try:
-        from prometheus_client import CollectorRegistry
-        from prometheus_client.multiprocess import MultiProcessCollector
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
 
-        reg = CollectorRegistry()
+    from infertune.serve.metrics import totals
+
+    reg = CollectorRegistry()
+    try:
         MultiProcessCollector(reg, path=mp_dir)
-        counts: dict[str, int] = {}
-        items = batches = 0
-        for metric in reg.collect():
-            for s in metric.samples:
-                if s.name == "infertune_requests_total":
-                    counts[s.labels["status"]] = counts.get(s.labels["status"], 0) + int(s.value)
-                elif s.name == "infertune_items_total":
-                    items += int(s.value)
-                elif s.name == "infertune_batch_size_items_count":
-                    batches += int(s.value)
-        return counts, items, batches
     except Exception:  # noqa: BLE001 - a summary, not worth failing the exit for
         return {}, 0, 0
+    return totals(reg)

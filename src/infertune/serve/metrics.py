@@ -129,3 +129,22 @@ class Metrics:
         reg = CollectorRegistry()
         MultiProcessCollector(reg)
         return generate_latest(reg)
+
+
+def totals(registry: Any) -> tuple[dict[str, int], int, int]:
+    """Requests by status, items and batches in a registry (multi-process serve: one that adds up every
+    process's files)."""
+    try:
+        counts: dict[str, int] = {}
+        items = batches = 0
+        for metric in registry.collect():
+            for s in metric.samples:
+                if s.name == "infertune_requests_total":
+                    counts[s.labels["status"]] = counts.get(s.labels["status"], 0) + int(s.value)
+                elif s.name == "infertune_items_total":
+                    items += int(s.value)
+                elif s.name == "infertune_batch_size_items_count":
+                    batches += int(s.value)
+        return counts, items, batches
+    except Exception:  # noqa: BLE001 - a summary, not worth failing the exit for
+        return {}, 0, 0

@@ -139,7 +139,7 @@ class Target:
             return None
         info = self.ready_now() or self.info
         w = info.get("worker") or {}
-        return w.get("pid") if w.get("mode") == "process" else None
+        return w.get("pid") if w.get("mode") in ("process", "processes") else None
 
     def rss_mb(self) -> float | None:
         """Resident memory of the server and its children (psutil) when validate owns it, else what its

@@ -1,5 +1,5 @@
 import pytest
-from serve_helpers import FAULT_MARKER, bench
+from serve_helpers import bench, fault_env
 
 
 @pytest.fixture(scope="session")
@@ -7,7 +7,7 @@ def minilm_server():
     """One real `infertune serve minilm` for the session (the load dominates: share it)."""
     srv = bench.ours("minilm", "--max-items-per-request", "64", "--max-body-mb", "1", "--max-queue", "1024",
                      "--drain-s", "0",
-                     env={"INFERTUNE_SERVE_FAULT_MARKER": FAULT_MARKER})
+                     env=fault_env())
     try:
         srv.wait_ready()
         yield srv

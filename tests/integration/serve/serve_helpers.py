@@ -17,6 +17,15 @@ _spec.loader.exec_module(bench)  # type: ignore[union-attr]
 FAULT_MARKER = "@@inject-forward-fault@@"
 
 
+def fault_env() -> dict[str, str]:
+    """The environment in which a served batch holding FAULT_MARKER fails (fault_plugin/sitecustomize.py)."""
+    import os
+
+    plugin = str(Path(__file__).resolve().parent / "fault_plugin")
+    path = os.pathsep.join(p for p in (plugin, os.environ.get("PYTHONPATH", "")) if p)
+    return {"INFERTUNE_TEST_FAULT_MARKER": FAULT_MARKER, "PYTHONPATH": path}
+
+
 def write_fake_artifact(root: Path, us_per_token: int, max_length: int = 512, dim: int = 8) -> Path:
     """A tiny artifact on the `fake` backend: no torch, loads at once, forward sleeps us_per_token per padded
     token (GIL released), so shutdown and overload tests are deterministic on a busy 2-core box. Its

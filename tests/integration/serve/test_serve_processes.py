@@ -151,3 +151,17 @@ def test_minilm_frontends_tokenize_big_requests_with_the_checked_fast_tokenizer(
         assert bad.status_code == 400 and "input[270] has" in bad.json()["error"]["message"], bad.text
     finally:
         srv.stop()
+
+
+def test_both_topologies_run_the_same_batch_core(fake_server):
+    """One serving stack: the one-process server (batch core in a thread) and the processes topology (an engine
+    process per device, as on a GPU) report the same batch core class behind /ready, and answer alike."""
+    one = fake_server(us_per_token=50)
+    two = fake_server("--frontends", "2", us_per_token=50)
+    w1 = httpx.get(one.url + "/ready", timeout=5).json()["worker"]
+    w2 = httpx.get(two.url + "/ready", timeout=5).json()["worker"]
+    assert (w1["mode"], w2["mode"]) == ("thread", "processes")
+    assert w1["batch_core"] == w2["batch_core"] == "infertune.serve.batch_core.BatchCore"
+    assert w1["pid"] == one.proc.pid and w2["engines"][0]["pid"] != two.proc.pid
+    a, b = embed(one.url, ["a b c", "d"], "fake"), embed(two.url, ["a b c", "d"], "fake")
+    assert a.status_code == b.status_code == 200 and a.json()["data"] == b.json()["data"]

@@ -1,8 +1,8 @@
-
-"""`infertune serve --worker-process`: the model runs in a supervised child. SIGKILL it mid-request: that
-request gets a clean 503 at once (not a hang), the server restarts the worker by itself, /metrics counts
-the restart, and answers are right again. A worker that stops answering (SIGSTOP) past --worker-timeout-s
-is killed and replaced the same way. Fake backend: no torch, fixed forward cost."""
+"""`infertune serve --worker-process`: the model runs in a supervised engine process (the processes topology with
+one frontend). SIGKILL it mid-request: that request gets a clean 503 at once (not a hang), the launcher restarts
+the engine by itself, /metrics counts the restart, and answers are right again. An engine that holds a request
+and stops answering (SIGSTOP) past --worker-timeout-s is killed and replaced the same way. Fake backend: no torch,
+fixed forward cost."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def _wait_new_worker(url: str, old_pid: int, timeout: float = 30) -> tuple[dict,
 def test_killed_worker_fails_its_batch_cleanly_and_is_restarted(fake_server):
     srv = fake_server("--worker-process", us_per_token=2000)  # 400 tokens -> 0.8 s in forward
     w = _worker(srv.url)
-    assert w["mode"] == "process" and w["pid"] != srv.proc.pid and w["restarts"] == 0
+    assert w["mode"] == "processes" and w["pid"] != srv.proc.pid and w["restarts"] == 0
     ok = embed(srv.url, ["a b c", "d e"], "fake")
     assert ok.status_code == 200
     got: dict = {}
@@ -44,11 +44,7 @@ def test_killed_worker_fails_its_batch_cleanly_and_is_restarted(fake_server):
 
     th = threading.Thread(target=slow)
     th.start()
-    deadline = time.monotonic() + 10
-    while metric(srv.url, "infertune_stage_queue_items", stage="forward") == 0 and \
-            metric(srv.url, "infertune_queue_depth") == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.2)  # inside the 0.8 s forward pass
+    time.sleep(0.4)  # inside the 0.8 s forward pass
     os.kill(w["pid"], signal.SIGKILL)
     th.join(30)
     r = got["r"]

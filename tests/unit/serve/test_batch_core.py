@@ -55,7 +55,7 @@ def _requests(rng: random.Random, n: int) -> list[tuple[int, list[list[int]]]]:
 
 def _run(emb, reqs_by_fe: dict[int, list], settings=None, cost=None):
     sent: dict[int, list] = {}
-    core = BatchCore(emb, settings or _settings(), _Metrics(), pull=None,
+    core = BatchCore(emb, settings or _settings(), _Metrics(), inbox=None,
                      send=lambda fe, frames: sent.setdefault(fe, []).append(frames))
     core.cost = cost
     chunks = [Chunk(pack_requests(fe, reqs)) for fe, reqs in reqs_by_fe.items()]
@@ -126,7 +126,7 @@ def test_a_failing_batch_fails_only_its_requests():
     reqs = [(0, [[1] * 50]), (1, [[777, 2, 3]]), (2, [[4] * 50])]
     got = {rid: (rows, err) for rid, rows, err in _run(emb, {0: reqs}, settings=_settings(
         batch_tokens=64, max_batch_tokens=64))[0]}
-    assert got[1][0] is None and got[1][1][0] == 500 and "injected" in got[1][1][1]
+    assert got[1][0] is None and got[1][1][0] == "BatchFailed" and "injected" in got[1][1][1]
     assert got[0][1] is None and got[2][1] is None and got[0][0][0, 0] == 50
 
 
@@ -145,10 +145,10 @@ def test_wire_format_round_trips():
     reqs = _requests(rng, 40)
     fe, back = unpack_requests(pack_requests(5, reqs))
     assert fe == 5 and back == reqs
-    results = [(0, np.arange(8, dtype=np.float32).reshape(2, 4), None), (1, None, (503, "down", "server_error", "x")),
+    results = [(0, np.arange(8, dtype=np.float32).reshape(2, 4), None), (1, None, ("EngineDown", "down")),
                (2, np.ones((1, 4), np.float32), None)]
     out = unpack_results(pack_results(results), 4)
-    assert [r[0] for r in out] == [0, 1, 2] and out[1][2] == (503, "down", "server_error", "x")
+    assert [r[0] for r in out] == [0, 1, 2] and out[1][2] == ("EngineDown", "down")
     np.testing.assert_array_equal(out[0][1], results[0][1])
     np.testing.assert_array_equal(out[2][1], results[2][1])
     assert pickle.loads(pack_requests(0, reqs)[0])[1][0] == (0, len(reqs[0][1]))
@@ -160,7 +160,7 @@ def test_requests_are_answered_as_their_last_batch_finishes():
     answered once, whole, after the last of them."""
     emb = Recorder("cpu")
     sent: list[tuple[int, list]] = []
-    core = BatchCore(emb, _settings(batch_tokens=64, max_batch_tokens=64), _Metrics(), pull=None,
+    core = BatchCore(emb, _settings(batch_tokens=64, max_batch_tokens=64), _Metrics(), inbox=None,
                      send=lambda fe, frames: sent.append((len(emb.batches), unpack_results(frames, 4))))
     core.cost = (1e-3, 1e-9)  # batches are nearly free: split by length
     reqs = [(0, [[1] * 40]), (1, [[2] * 3]), (2, [[3] * 41, [4] * 2]), (3, [[5] * 4])]
@@ -271,8 +271,8 @@ def test_an_async_engine_launches_the_next_batch_before_answering_this_one():
     reqs = _requests(rng, 60) + [(60, [[5000, 1, 2]])]  # ids of _requests are < 1000
     emb = AsyncRecorder(fail_on=5000)
     sent: dict[int, list] = {}
-    quiet = SimpleNamespace(poll=lambda ms: 0)  # no more messages arrive
-    core = BatchCore(emb, _settings(batch_tokens=64, max_batch_tokens=64), _Metrics(), pull=quiet,
+    quiet = SimpleNamespace(get=lambda timeout_s: [])  # no more messages arrive
+    core = BatchCore(emb, _settings(batch_tokens=64, max_batch_tokens=64), _Metrics(), inbox=quiet,
                      send=lambda fe, frames: sent.setdefault(fe, []).append(frames))
     core.cost = (1e-3, 1e-9)
     core.pending = [Chunk(pack_requests(0, reqs[:30])), Chunk(pack_requests(2, reqs[30:]))]
@@ -287,7 +287,7 @@ def test_an_async_engine_launches_the_next_batch_before_answering_this_one():
     got = {rid: (rows, err) for fe, msgs in sent.items() for frames in msgs
            for rid, rows, err in unpack_results(frames, 4)}
     assert sorted(got) == list(range(61))
-    assert got[60][0] is None and got[60][1][0] == 500 and "at collect" in got[60][1][1]
+    assert got[60][0] is None and got[60][1][0] == "BatchFailed" and "at collect" in got[60][1][1]
     for rid, rows in reqs[:60]:
         if got[rid][1] is None:
             np.testing.assert_array_equal(got[rid][0], np.array([[sum(r), len(r), 1, 0] for r in rows], np.float32))

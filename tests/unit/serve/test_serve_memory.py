@@ -32,8 +32,7 @@ def test_user_environment_wins():
 
 
 def test_length_padding_is_masked_and_a_multiple_of_8():
-    from infertune.batching import pad_length
-    from infertune.serve.engine import PAD_MULTIPLE
+    from infertune.batching import PAD_MULTIPLE, pad_length
 
     batch = {"input_ids": np.array([[5, 6, 7], [5, 0, 0]]), "attention_mask": np.array([[1, 1, 1], [1, 0, 0]])}
     out = pad_length(batch, PAD_MULTIPLE, pad_id=0)

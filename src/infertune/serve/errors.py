@@ -1,0 +1,50 @@
+"""What can go wrong with an admitted request inside the serving stack, as domain errors.
+
+The batch core and the engine client raise these; they know nothing of HTTP. `http.py` alone turns them
+into status codes (`http.api_error`). Between processes an error travels as (kind, message) and is
+rebuilt on the other side (`to_wire` / `from_wire`).
+"""
+
+from __future__ import annotations
+
+
+class ServeError(Exception):
+    """A request could not be answered; `message` says why and what the client can do."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+class Overloaded(ServeError):
+    """Admission is full: the request was refused at once, before any work."""
+
+
+class InputTooLong(ServeError):
+    """An input has more tokens than the model takes (and the server does not truncate)."""
+
+
+class EngineDown(ServeError):
+    """The engine holding the request died, stalled or is restarting: the request may be retried."""
+
+
+class BatchFailed(ServeError):
+    """The forward pass of the batch holding the request raised; the engine goes on."""
+
+
+class TimedOut(ServeError):
+    """The request took longer than the server's request timeout."""
+
+
+KINDS = {c.__name__: c for c in (Overloaded, InputTooLong, EngineDown, BatchFailed, TimedOut)}
+Wire = tuple[str, str]  # (kind, message)
+
+
+def to_wire(e: ServeError) -> Wire:
+    return type(e).__name__, e.message
+
+
+def from_wire(err: Wire) -> ServeError:
+    kind, message = err
+    return KINDS.get(kind, BatchFailed)(message)
