@@ -207,7 +207,7 @@ def plan(cfg: PlanConfig) -> PlanResult:
     notes: list[str] = []
     gpu_name = cfg.gpu
     if gpu_name is None:
-        from infertune.plan.local import local_gpu
+        from infertune.hardware.gpus import local_gpu
 
         gpu_name, local_mib = local_gpu()
         notes.append(f"no --gpu: planning for this host's {gpu_name}")
