@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from infertune.errors import InfertuneError
-from infertune.plan.gpus import find_gpu
+from infertune.hardware.gpu_specs import find_gpu
 from infertune.plan.planner import PlanConfig, plan
 
 CONFIGS = Path(__file__).parents[1] / "configs"
