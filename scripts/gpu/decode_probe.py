@@ -32,10 +32,10 @@ def log(*a):
 
 
 def bandwidth():
-    """Device copy bandwidth, GB/s: llm_h200.py's measurement (the roofline's denominator there too)."""
+    """Device copy bandwidth, GB/s: llm_h200.py's measurement (infertune.hardware.bandwidth, 2 GiB, n=20)."""
     from llm_h200 import bandwidth as measured
 
-    return measured(torch)["gb_per_s"]
+    return measured()["gb_per_s"]
 
 
 def build_model(attn="sdpa"):

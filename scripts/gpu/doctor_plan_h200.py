@@ -176,20 +176,13 @@ def measure_decode(device: str, steps: int, max_len: int) -> dict:
                 graph.replay()
             t = time_steps(graph.replay, m, steps, prefill + 21, device)
             res["graph_ms"] = stats(t)
-            x = torch.empty(2**30 // 2, dtype=dtype, device=device)  # 1 GiB copy: read + write
-            y = torch.empty_like(x)
-            for _ in range(3):
-                y.copy_(x)
-            bw = []
-            for _ in range(20):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                y.copy_(x)
-                b.record()
-                b.synchronize()
-                bw.append(2 * 2**30 / (a.elapsed_time(b) / 1e3) / 1e12)
-            res["copy_tb_s"] = stats(bw)
-            res["total_memory_gib"] = torch.cuda.get_device_properties(0).total_memory / 2**30
+            from infertune.hardware.bandwidth import memory_bandwidth
+            from infertune.hardware.gpus import read_gpus
+
+            bw = memory_bandwidth("cuda", mib=1024, reps=20, warmup=3)  # 1 GiB copy: read + write bytes
+            res["copy_tb_s"] = {"median": bw["gb_per_s"] / 1e3, "min": bw["range"][0] / 1e3,
+                                "max": bw["range"][1] / 1e3, "n": bw["n"]}
+            res["total_memory_gib"] = read_gpus()[0].memory_gb
     try:  # HF transformers' own eager decode, for reference
         from transformers import AutoConfig, AutoModelForCausalLM
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Causal-LM measurements for the lent H200 (issue 6). Self-contained: torch + transformers + numpy.
+"""Causal-LM measurements for the lent H200 (issue 6). Needs torch + transformers + numpy, and this checkout's src/
+(the bandwidth measurement is infertune.hardware.bandwidth, which imports torch alone).
 
   roofline   Qwen3-0.6B-shape and Llama-3-8B-shape random-weight models, bf16, batch-1 decode:
              naive `generate()` side by side with a static KV cache whose decode step is captured once as
@@ -54,22 +55,13 @@ def stats(ms):
 
 
 # ----------------------------------------------------------------------------- roofline
-def bandwidth(torch, mib=2048, reps=20):
-    a = torch.empty(mib * 2**20, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    for _ in range(3):
-        b.copy_(a)
-    ts = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        b.copy_(a)
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e) / 1000)
-    del a, b
-    gbs = sorted(2 * mib * 2**20 / t / 1e9 for t in ts)
-    return {"gb_per_s": gbs[len(gbs) // 2], "min": gbs[0], "max": gbs[-1], "n": reps}
+def bandwidth(mib=2048, reps=20):
+    """Device copy bandwidth: infertune.hardware's measurement (tune's roofline denominator), 3 untimed copies."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+    from infertune.hardware.bandwidth import memory_bandwidth
+
+    bw = memory_bandwidth("cuda", mib=mib, reps=reps, warmup=3)
+    return {"gb_per_s": bw["gb_per_s"], "min": bw["range"][0], "max": bw["range"][1], "n": bw["n"]}
 
 
 def naive_generate(torch, model, ids, steps):
@@ -178,7 +170,7 @@ def roofline(args):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    bw = bandwidth(torch)
+    bw = bandwidth()
     log(f"device copy bandwidth {bw['gb_per_s']:.0f} GB/s (n={bw['n']}, {bw['min']:.0f}-{bw['max']:.0f})")
     res = {"bandwidth": bw, "models": {}}
     for name in args.shapes.split(","):

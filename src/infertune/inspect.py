@@ -237,7 +237,7 @@ def _layer_costs(a, layers: dict, weights: dict, n: int, act_b: int, gpu: str | 
         ai[k] = {ph: intensity(f, by[k][ph], ph, n) for ph, f in phases.items()}
     ridge, bound, name = None, {}, None
     if gpu:
-        from infertune.plan.gpus import find_gpu, peak_tflops
+        from infertune.hardware.gpu_specs import find_gpu, peak_tflops
 
         g = find_gpu(gpu)
         name = g["name"]

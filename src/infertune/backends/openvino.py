@@ -140,9 +140,9 @@ class OpenVino(Backend):
         elif candidate.quant:
             return f"OpenVINO {candidate.precision} takes no quantization (got {candidate.quant!r})"
         if candidate.precision == "bf16":
-            from infertune.fingerprint import _cpuinfo
+            from infertune.hardware.capabilities import read_cpu
 
-            if not ({"avx512_bf16", "amx_bf16"} & set(_cpuinfo()[1])):
+            if not ({"avx512_bf16", "amx_bf16"} & read_cpu(real=True).flags):
                 return "this CPU has no native bf16 (AVX512_BF16/AMX); bf16 would be emulated and slow"
         return None
 

@@ -175,10 +175,9 @@ class TorchEager(Backend):
         if candidate.precision == "fp16" and device == "cpu":
             return "fp16 matmuls on this CPU fall back to slow paths; use bf16 on CPU"
         if candidate.precision == "bf16" and device == "cpu":
-            from infertune.fingerprint import _cpuinfo
+            from infertune.hardware.capabilities import read_cpu
 
-            flags = _cpuinfo()[1]
-            if not ({"avx512_bf16", "amx_bf16"} & set(flags)):
+            if not ({"avx512_bf16", "amx_bf16"} & read_cpu(real=True).flags):
                 return "this CPU has no native bf16 (AVX512_BF16/AMX); bf16 would be emulated and slow"
         if candidate.quant == "torch.ao-dynamic":
             from infertune.quantize.torch_ao import available

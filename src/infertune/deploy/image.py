@@ -85,12 +85,12 @@ def vllm_tag(driver_cuda: str | None) -> tuple[str, str | None, list[str]]:
 
 
 def local_driver_cuda() -> str | None:
-    """The CUDA version this host's driver supports (doctor's probes: libcuda, else NVML's driver version)."""
-    from infertune.doctor import probes
+    """The CUDA version this host's driver supports (libcuda, else NVML's driver version)."""
     from infertune.doctor.compat import max_cuda_for_driver
+    from infertune.hardware.driver import libcuda, nvml_access
 
-    lc = probes.libcuda()
+    lc = libcuda()
     if lc.get("cuda_version"):
         return lc["cuda_version"]
-    drv = probes.nvml_access().get("driver")
+    drv = nvml_access().get("driver")
     return max_cuda_for_driver(drv) if drv else None

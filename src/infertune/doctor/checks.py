@@ -8,6 +8,9 @@ from typing import Any
 from infertune.doctor import probes
 from infertune.doctor.compat import arch_covers, max_cuda_for_driver, runtime_vs_driver, vtuple
 from infertune.doctor.schema import EXIT_CODES, LEVEL_RANK, DoctorConfig, DoctorReport, Finding
+from infertune.hardware import driver as drv
+from infertune.hardware import gpus as hw_gpus
+from infertune.hardware.shell import run
 
 # NVML clocks-event reasons (nvmlClocksEventReason*): the ones that mean the GPU is held back.
 SLOWDOWN_BITS = {0x4: "software power cap", 0x8: "hardware slowdown", 0x20: "software thermal slowdown",
@@ -239,7 +242,7 @@ def _hybrid(f: list[Finding], adapters: list[dict], n: dict, has_gpu: bool) -> N
     vendors = {a["vendor"] for a in adapters}
     if "NVIDIA" in vendors and vendors & {"Intel", "AMD"}:
         loaded = any(m.startswith("nvidia") for m in n["modules"])
-        prime = probes.run(["prime-select", "query"])
+        prime = run(["prime-select", "query"])
         profile = prime[1].strip() if prime and prime[0] == 0 else None
         msg = (f"hybrid graphics: {', '.join(sorted(vendors))} display adapters; nvidia module "
                f"{'loaded' if loaded else 'NOT loaded'}" + (f"; PRIME profile '{profile}'" if profile else ""))
@@ -274,10 +277,10 @@ def probes_before_serving(f: list[Finding], adapters: list[dict], n: dict, gpus:
 def doctor(cfg: DoctorConfig | None = None) -> DoctorReport:
     """Probe this host or container and report findings, worst level first in the exit code."""
     cfg = cfg or DoctorConfig()
-    h, n, lc, nv, e = probes.host(), probes.nodes(), probes.libcuda(), probes.nvml_access(), probes.env()
-    smi = (probes.gpus_nvml() if cfg.use_nvml else None) or probes.gpus_smi()
+    h, n, lc, nv, e = probes.host(), probes.nodes(), drv.libcuda(), drv.nvml_access(), probes.env()
+    smi = (hw_gpus.gpus_nvml() if cfg.use_nvml else None) or hw_gpus.gpus_smi()
     if smi.get("source") == "nvml" and not smi.get("available"):
-        smi = {**probes.gpus_smi(), "nvml_error": smi.get("error")}
+        smi = {**hw_gpus.gpus_smi(), "nvml_error": smi.get("error")}
     st = probes.stack(cfg.probe_timeout_s) if cfg.probe_torch else {}
     t, ort = st.get("torch", {"error": st.get("error", "not probed")}), st.get("onnxruntime", {})
     pk, adapters = probes.packages(), probes.display_adapters()

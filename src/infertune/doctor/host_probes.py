@@ -11,7 +11,7 @@ import platform
 import shutil
 from typing import Any
 
-from infertune.doctor.probes import _read, run
+from infertune.hardware.shell import read_text, run
 
 TOOLKIT_BINS = ("nvidia-ctk", "nvidia-container-runtime", "nvidia-container-cli")
 DAEMON_JSON = "/etc/docker/daemon.json"
@@ -62,9 +62,9 @@ def gather() -> dict[str, Any]:
         "kernel": platform.release(),
         "modinfo_nvidia": _text(["modinfo", "-F", "version", "nvidia"]),
         "docker": bool(shutil.which("docker") or shutil.which("dockerd")),
-        "daemon_json": _read(DAEMON_JSON),
+        "daemon_json": read_text(DAEMON_JSON),
         "toolkit": [b for b in TOOLKIT_BINS if shutil.which(b)],
-        "limits": _read("/proc/self/limits"),
+        "limits": read_text("/proc/self/limits"),
         "board": _text(SMI_BOARD) if smi else None,
         "topo": _text(["nvidia-smi", "topo", "-m"]) if smi else None,
         "processes": gpu_processes() if smi else None,

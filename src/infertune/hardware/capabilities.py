@@ -13,6 +13,8 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict
 
+from infertune.hardware.gpus import GPU, read_gpus
+
 # flags that decide which kernels run fast: wide vectors, int8 dot products, bf16/fp16 matrix units
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "avx512_bf16",
              "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16", "asimd", "sve", "bf16", "i8mm")
@@ -70,28 +72,6 @@ class CPU(BaseModel):
         extras = [name for name, ok in (("VNNI", self.vnni), ("BF16", self.bf16), ("FP16", self.fp16),
                                         ("AMX", self.amx)) if ok]
         return base + (f" + {' + '.join(extras)}" if extras else ", no VNNI/BF16/AMX")
-
-
-class GPU(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    index: int = 0
-    name: str = ""
-    capability: tuple[int, int] = (0, 0)
-    memory_gb: float = 0.0
-
-    @property
-    def bf16(self) -> bool:
-        return self.capability >= (8, 0)
-
-    @property
-    def fp8(self) -> bool:
-        return self.capability >= (8, 9)
-
-    @property
-    def half(self) -> str:
-        """The 16-bit type to run in: bf16 from compute capability 8.0; below it (T4, V100) fp16, which takes
-        the same bytes (vLLM refuses bfloat16 there)."""
-        return "bf16" if self.bf16 else "fp16"
 
 
 class Capabilities(BaseModel):
@@ -156,23 +136,6 @@ def read_cpu(flags_override: str | None = None, real: bool = False) -> CPU:
         mem = 0.0
     return CPU(model=model, vendor=vendor, flags=flags & frozenset(ISA_FLAGS) if source == "/proc/cpuinfo"
                else flags, cores=cores, memory_gb=round(mem, 1), flags_source=source)
-
-
-def read_gpus() -> tuple[GPU, ...]:
-    """GPUs as torch sees them (imports torch: call only when a CUDA device is asked for)."""
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return ()
-        out = []
-        for i in range(torch.cuda.device_count()):
-            p = torch.cuda.get_device_properties(i)
-            out.append(GPU(index=i, name=p.name, capability=(p.major, p.minor),
-                           memory_gb=round(p.total_memory / 2**30, 1)))
-        return tuple(out)
-    except Exception:  # noqa: BLE001
-        return ()
 
 
 def detect(device: str = "cpu") -> Capabilities:

@@ -55,10 +55,11 @@ def available(c: LMCandidate, device: str) -> str | None:
         if c.quant in ("torchao-fp8", "torchao-int4") and device != "cuda":
             return f"{c.quant} kernels need a CUDA GPU"
         if c.quant == "torchao-fp8":
-            import torch
+            from infertune.hardware.gpus import read_gpus
 
-            if torch.cuda.get_device_capability() < (8, 9):
-                return f"fp8 needs compute capability >= 8.9; this GPU is {torch.cuda.get_device_capability()}"
+            gpu = next(iter(read_gpus()), None)
+            if gpu is None or gpu.capability < (8, 9):
+                return f"fp8 needs compute capability >= 8.9; this GPU is {gpu.capability if gpu else 'not visible'}"
     if device == "cpu" and c.precision == "fp16":
         return "fp16 matmuls are slow or missing on CPU; bf16 is the CPU half type"
     return None

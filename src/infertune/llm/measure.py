@@ -1,4 +1,4 @@
-"""Measurement for causal LMs: memory bandwidth of this machine (the roofline's denominator), and the
+"""Measurement for causal LMs: the roofline at a measured memory bandwidth (infertune.hardware.bandwidth), and the
 statistics of TTFT (prefill + first token at given prompt lengths) and TPOT (one decode step at a batch
 size) over interleaved rounds.
 
@@ -8,56 +8,11 @@ than decode_weight_bytes / bandwidth. `roofline_fraction` = that floor / the mea
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from infertune.measure import latency_stats
 from infertune.results import Latency
-
-
-def memory_bandwidth(device: str = "cpu", mib: int = 512, reps: int = 7) -> dict[str, Any]:
-    """Memory bandwidth of this machine, the roofline's denominator.
-
-    GPU: device-to-device copy, bytes read + written, median over `reps` (the convention of the issue's
-    4.15 TB/s H200 figure). CPU: torch (all threads) reading a `mib` MiB buffer (a sum: decode reads
-    weights, it does not write them) and copying it; the best of the two medians. On a shared box the
-    median under load underestimates the hardware, so `range` and `best` are reported too.
-    """
-    import torch
-
-    ts: list[float] = []
-    if device == "cuda":
-        a = torch.empty(mib * 2**20, dtype=torch.uint8, device="cuda")
-        b = torch.empty_like(a)
-        b.copy_(a)
-        for _ in range(reps):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            b.copy_(a)
-            e.record()
-            e.synchronize()
-            ts.append(s.elapsed_time(e) / 1000)
-        gbs = sorted(2 * mib * 2**20 / t / 1e9 for t in ts)
-        method = f"torch d2d copy of {mib} MiB, read + write bytes"
-    else:
-        a = torch.ones(mib * 2**18, dtype=torch.float32)
-        b = torch.empty_like(a)
-        runs = {}
-        for name, fn, factor in (("read", lambda: a.sum(), 1), ("copy", lambda: b.copy_(a), 2)):
-            fn()
-            ts = []
-            for _ in range(reps):
-                t = time.perf_counter()
-                fn()
-                ts.append(time.perf_counter() - t)
-            runs[name] = sorted(factor * mib * 2**20 / t / 1e9 for t in ts)
-        name = max(runs, key=lambda k: runs[k][len(runs[k]) // 2])
-        gbs = runs[name]
-        method = f"torch {name} of {mib} MiB with {torch.get_num_threads()} threads" + (
-            ", read + write bytes" if name == "copy" else "")
-    return {"gb_per_s": gbs[len(gbs) // 2], "range": (gbs[0], gbs[-1]), "best": gbs[-1], "n": reps,
-            "method": method}
 
 
 def roofline_ms(weight_bytes: int, gb_per_s: float) -> float:

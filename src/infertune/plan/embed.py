@@ -30,8 +30,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from infertune.hardware.capabilities import GPU
+from infertune.hardware.gpu_specs import peak_tflops
 from infertune.plan.arch import DTYPE_BYTES, Arch
-from infertune.plan.gpus import peak_tflops
 
 GIB = 2**30
 DEFAULT_TOKENS = 16384  # infertune serve's --batch-tokens default on CUDA

@@ -18,10 +18,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from infertune.hardware.gpu_specs import find_gpu, peak_tflops
 from infertune.llm.checkpoint_step import CheckpointStep
 from infertune.plan.arch import DTYPE_BYTES, Arch, arch_from_config, load_config
 from infertune.plan.embed import EmbedPlan, plan_embedding
-from infertune.plan.gpus import find_gpu, peak_tflops
 from infertune.plan.notes import moe_notes, parallel_notes
 from infertune.plan.quantized import QUANTIZED, QuantPlan, calibration_count
 
@@ -207,7 +207,7 @@ def plan(cfg: PlanConfig) -> PlanResult:
     notes: list[str] = []
     gpu_name = cfg.gpu
     if gpu_name is None:
-        from infertune.plan.local import local_gpu
+        from infertune.hardware.gpus import local_gpu
 
         gpu_name, local_mib = local_gpu()
         notes.append(f"no --gpu: planning for this host's {gpu_name}")

@@ -6,6 +6,7 @@ from infertune.cli.main import app
 from infertune.doctor import checks, probes
 from infertune.doctor.compat import arch_covers, max_cuda_for_driver, min_driver, runtime_vs_driver
 from infertune.doctor.schema import DoctorConfig, Finding
+from infertune.hardware import gpus as hw_gpus
 
 
 def test_arch_coverage_rules():
@@ -36,8 +37,8 @@ def test_nvidia_smi_fallback_parses_the_h200(monkeypatch):
     def fake_run(cmd, timeout=15):
         return (0, SMI_HEAD, "") if cmd == ["nvidia-smi"] else (0, SMI_ROW, "")
 
-    monkeypatch.setattr(probes, "run", fake_run)
-    smi = probes.gpus_smi()
+    monkeypatch.setattr(hw_gpus, "run", fake_run)
+    smi = hw_gpus.gpus_smi()
     g = smi["gpus"][0]
     assert smi["cuda_version"] == "13.0" and smi["source"] == "nvidia-smi"
     assert (g["name"], g["cc"], g["ecc"], g["mig"], g["memory_mib"], g["clock_reasons"]) == \

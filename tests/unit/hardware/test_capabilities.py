@@ -30,6 +30,19 @@ def test_override_is_reported(monkeypatch):
     assert "INFERTUNE_CPU_FLAGS" in Capabilities(cpu=c).summary()
 
 
+def test_fingerprint_and_doctor_record_the_real_flags(monkeypatch):
+    """INFERTUNE_CPU_FLAGS fakes a host for the candidate rules; results.json and doctor record the CPU the
+    kernels ran on, read by the same reader."""
+    from infertune.doctor.probes import host
+    from infertune.fingerprint import fingerprint
+
+    real = read_cpu(real=True)
+    monkeypatch.setenv("INFERTUNE_CPU_FLAGS", "sve")
+    assert read_cpu().flags == {"sve"}
+    assert fingerprint().cpu_flags == sorted(real.flags) == host()["cpu_flags"]
+    assert fingerprint().cpu_model == real.model == host()["cpu_model"]
+
+
 def test_needs_names_the_missing_capability():
     assert needs(caps(AMX), ["cpu-bf16", "cpu-vnni"]) is None
     why = needs(caps(AVX2), ["cpu-bf16"])

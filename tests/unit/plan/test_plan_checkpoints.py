@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from infertune.errors import InfertuneError
-from infertune.plan.gpus import gpu_table
+from infertune.hardware.gpu_specs import gpu_table
 from infertune.plan.planner import PlanConfig, plan
 from infertune.workload import stratified_split
 

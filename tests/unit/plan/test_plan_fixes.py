@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from infertune.errors import InfertuneError
-from infertune.plan.gpus import find_gpu
+from infertune.hardware.gpu_specs import find_gpu
 from infertune.plan.planner import PlanConfig, plan
 
 CONFIGS = Path(__file__).parents[1] / "configs"
@@ -85,7 +85,7 @@ def test_hub_id_is_not_mounted_as_a_named_volume():
 
 
 def test_local_gpu_is_used_when_gpu_is_absent(monkeypatch):
-    import infertune.doctor.probes as probes
+    import infertune.hardware.gpus as probes
 
     monkeypatch.setattr(probes, "gpus_nvml", lambda: None)
     monkeypatch.setattr(probes, "gpus_smi", lambda: {"available": True, "gpus": [
@@ -96,7 +96,7 @@ def test_local_gpu_is_used_when_gpu_is_absent(monkeypatch):
 
 
 def test_no_local_gpu_says_so(monkeypatch):
-    import infertune.doctor.probes as probes
+    import infertune.hardware.gpus as probes
 
     monkeypatch.setattr(probes, "gpus_nvml", lambda: None)
     monkeypatch.setattr(probes, "gpus_smi", lambda: {"available": False, "error": "nvidia-smi not found"})

@@ -1,4 +1,5 @@
-"""GPU spec table (data/gpus.toml) and lookup by a forgiving name ("h200", "RTX 3090", "a100-pcie")."""
+"""Published GPU specs (data/gpus.toml: memory, bandwidth, tensor peaks), the one reader of that table, and lookup
+by a forgiving name ("h200", "RTX 3090", "a100-pcie", or what nvidia-smi prints). Read by plan and inspect."""
 
 from __future__ import annotations
 
