@@ -97,7 +97,7 @@ def confirm_soak(target: Target, api: str, req, peak: float, cfg: ValidateConfig
 
 
 def _requests(cfg: ValidateConfig, api: str, model: str | None):
-    from infertune.bench.workload import build
+    from infertune.workloads.bodies import build
 
     return build(api, model, False, cfg.workload, None, cfg.seed)
 
@@ -108,7 +108,7 @@ def screen(target: Target, api: str, req, log: Log):
     requests longer than the limit in bytes are asked, once each."""
     import httpx
 
-    from infertune.bench.workload import Requests
+    from infertune.workloads.bodies import Requests
 
     max_tok = target.limits.get("max_input_tokens")
     if api != "embeddings" or not max_tok or target.limits.get("truncate"):

@@ -188,7 +188,7 @@ def build(api: str, model: str | None, stream: bool, workload: Path | None, spec
     if spec:
         return synthetic(spec, api, model, stream, seed)
     if api == "embeddings":
-        from infertune.workload import sample_path
+        from infertune.workloads.texts import sample_path
 
         return from_file(sample_path(), api, model, stream)
     return synthetic("prompt=128,output=64", api, model, stream, seed)
