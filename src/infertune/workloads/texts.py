@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 
 from infertune.errors import InfertuneError
+from infertune.workloads.source import at, is_json_lines, json_line, not_an_object, nothing_read, read_text
 
 SAMPLE = "sample_embeddings.jsonl"
 
@@ -24,9 +24,12 @@ def sample_path() -> Path:
     return Path(str(files("infertune") / "data" / SAMPLE))
 
 
+EXAMPLE = '{"input": "text"}'
+
+
 def _texts_from_json(obj: object, where: str) -> list[str]:
     if not isinstance(obj, dict):
-        raise InfertuneError(f"{where}: expected a JSON object like {{\"input\": \"...\"}}, got {type(obj).__name__}")
+        raise not_an_object(obj, where, EXAMPLE)
     for key in ("input", "text", "prompt"):
         if key in obj:
             val = obj[key]
@@ -35,44 +38,28 @@ def _texts_from_json(obj: object, where: str) -> list[str]:
             if isinstance(val, list) and val and all(isinstance(v, str) for v in val):
                 return list(val)
             raise InfertuneError(f"{where}: field {key!r} must be a string or a list of strings, got {val!r:.60}")
-    raise InfertuneError(f"{where}: no \"input\" or \"text\" field (keys: {', '.join(map(str, obj)) or 'none'})")
+    raise InfertuneError(f"{where}: no \"input\" or \"text\" field (keys: {', '.join(map(str, obj)) or 'none'}); "
+                         f"write each line like {EXAMPLE}")
 
 
 def load_workload(path: str | Path | None = None) -> Workload:
     """Read a workload file; `None` gives the built-in sample. Errors name file, line and problem."""
     p = Path(path) if path is not None else sample_path()
-    if not p.exists():
-        raise InfertuneError(f"workload file {p} does not exist")
-    if p.is_dir():
-        raise InfertuneError(f"workload {p} is a directory; pass a .jsonl or .txt file")
-    try:
-        raw = p.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InfertuneError(f"{p}: not UTF-8 text (byte {e.start}); is it a binary file?") from e
-    lines = raw.splitlines()
-    first = next((ln.strip() for ln in lines if ln.strip()), "")
-    as_json = p.suffix in (".jsonl", ".json", ".ndjson") or first.startswith("{")
+    lines = read_text(p).splitlines()
+    as_json = is_json_lines(p, lines)
     items: list[str] = []
     where: list[int] = []
     for no, line in enumerate(lines, 1):
         if not line.strip():
             continue  # blank lines are allowed and skipped
         if "\x00" in line:
-            raise InfertuneError(f"{p}:{no}: contains a NUL byte; is it a binary file?")
-        if as_json:
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InfertuneError(f"{p}:{no}: invalid JSON ({e.msg} at column {e.colno}); "
-                                     "each line must be one object like {\"input\": \"text\"}") from e
-            texts = _texts_from_json(obj, f"{p}:{no}")
-        else:
-            texts = [line]
+            raise InfertuneError(f"{at(p, no)}: contains a NUL byte; is it a binary file? Pass a text file")
+        texts = _texts_from_json(json_line(line, at(p, no), EXAMPLE), at(p, no)) if as_json else [line]
         for t in texts:
             if not t.strip():
-                raise InfertuneError(f"{p}:{no}: empty text; remove the line or give it content")
+                raise InfertuneError(f"{at(p, no)}: empty text; remove the line or give it content")
             items.append(t)
             where.append(no)
     if not items:
-        raise InfertuneError(f"{p}: no items found; expected one text (or JSON object) per line")
+        raise nothing_read(p, "items", "one text (or JSON object) per line")
     return Workload(items=items, source=str(p), lines=where)
