@@ -166,6 +166,17 @@ def from_file(path: Path, api: str, model: str | None, stream: bool, default_max
     return Requests(bodies, toks, maxt, str(path))
 
 
+def to_file(reqs: Requests, path: Path) -> Path:
+    """The requests as a JSONL workload `from_file` reads back (validate hands its screened requests to bench
+    this way); without the model, which the reader sets."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for b in reqs.bodies:
+            obj = json.loads(b)
+            f.write(json.dumps({k: v for k, v in obj.items() if k != "model"}) + "\n")
+    return path
+
+
 def group_inputs(reqs: Requests, per_request: int, model: str | None) -> Requests:
     """Embeddings: pack `per_request` consecutive inputs into each request (OpenAI takes up to 2048), the
     way a batch-indexing client sends them; the workload is cycled so every request is full."""
