@@ -73,7 +73,8 @@ def main() -> None:
     from infertune.fingerprint import fingerprint
     from infertune.models.embedding import embedding_spec, load_tokenizer
     from infertune.registry import load_backend
-    from infertune.workload import load_workload, stratified_split, stratified_subsample
+    from infertune.workloads.buckets import stratified_split, stratified_subsample
+    from infertune.workloads.texts import load_workload
 
     spec = embedding_spec("minilm")
     items = load_workload(None).items

@@ -50,7 +50,7 @@ def make(a) -> None:
 def prompts(tok) -> list[list[int]]:
     """N_PROMPTS short requests from the eval side of the split (never calibrated on), spread over lengths."""
     from infertune.llm.calibration import split_indices
-    from infertune.llm.workload import load_chat_workload
+    from infertune.workloads.chat import load_chat_workload
 
     reqs, _ = load_chat_workload()
     ids = [tok(r.render(tok), add_special_tokens=False)["input_ids"] for r in reqs]

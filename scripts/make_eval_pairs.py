@@ -15,7 +15,7 @@ import random
 import re
 from pathlib import Path
 
-from infertune.workload import load_workload
+from infertune.workloads.texts import load_workload
 
 SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
 

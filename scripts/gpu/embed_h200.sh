@@ -26,7 +26,7 @@ nproc; $PY -c "import typer, click, torch, transformers; print('typer', typer.__
 $PY - "$M" <<'PY'
 import json, sys
 from transformers import AutoTokenizer
-from infertune.workload import load_workload
+from infertune.workloads.texts import load_workload
 tok = AutoTokenizer.from_pretrained(sys.argv[1]); items = load_workload(None).items
 keep = [t for t in items if len(tok(t)["input_ids"]) <= 512]
 open("/tmp/texts512.jsonl", "w").write("".join(json.dumps({"input": t}) + "\n" for t in keep))

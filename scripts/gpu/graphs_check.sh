@@ -9,7 +9,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 scripts/gpu/restore_minilm.py /tmp/minilm > /dev/null
 INFERTUNE_TEST_MINILM=/tmp/minilm python3 -m pytest -q -p no:cacheprovider tests/gpu/test_cuda_graphs.py -s 2>&1 | grep -E "^E |MiniLM|passed|failed" | head -12
 python3 -c "
-from infertune.workload import load_workload; import json
+from infertune.workloads.texts import load_workload; import json
 open('/tmp/t64.jsonl','w').write(''.join(json.dumps({'input': t})+'\n' for t in load_workload(None).items[:64]))"
 rm -rf /tmp/tinyq && cp -r .gpu/qwen3-embedding /tmp/tinyq && python3 - <<'PY'
 import json

@@ -103,7 +103,7 @@ if [ "$STEP" = embed ] || [ "$STEP" = qwen+lm ] || [ "$STEP" = qwen ]; then
 import json, random, sys
 import numpy as np
 from transformers import AutoTokenizer
-from infertune.workload import load_workload
+from infertune.workloads.texts import load_workload
 tok = AutoTokenizer.from_pretrained(sys.argv[1]); items = load_workload(None).items
 rng = random.Random(25)
 longs = []  # documents of 560-1000 tokens made of consecutive sample texts: the long tail of a mixed workload

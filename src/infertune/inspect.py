@@ -112,7 +112,7 @@ def _sensitivity(cfg: InspectConfig, ref) -> tuple[list[dict[str, Any]], str]:
                              "on the sample workload)")
     from infertune.models.embedding import embedding_spec
     from infertune.quantize.mixed import search
-    from infertune.workload import load_workload
+    from infertune.workloads.texts import load_workload
 
     texts = load_workload(None).items[: cfg.sensitivity_texts]
     res = search(embedding_spec(ref).to_dict(), texts, min_cosine_mean=0.0, min_cosine_min=-1.0, max_keep=0)
@@ -257,8 +257,8 @@ def _layer_costs(a, layers: dict, weights: dict, n: int, act_b: int, gpu: str | 
 def _per_item(cfg: InspectConfig, emb: dict[str, Any], prefill: float, attn_share: float, n: int) -> dict[str, Any]:
     """Mean prefill FLOPs per input at the workload's token lengths (capped at the model's limit): the linear part
     grows with the length, attention with its square (per token at n: attn_share x prefill)."""
-    from infertune.plan.workload import count_tokens
-    from infertune.workload import load_workload
+    from infertune.workloads.lengths import count_tokens
+    from infertune.workloads.texts import load_workload
 
     wl = load_workload(cfg.workload)
     counts, how = count_tokens(wl.items, emb["tokenizer_dir"])

@@ -43,8 +43,8 @@ def topk_overlap(ref: np.ndarray, got: np.ndarray, k: int = 10) -> float:
 
 
 def by_bucket(cos: np.ndarray, topk: np.ndarray | None, lengths: Sequence[int]) -> list[BucketAccuracy]:
-    """The figures of each token-length bucket (workload.BUCKETS) that holds verified texts, shortest first."""
-    from infertune.workload import bucket_label, bucket_of
+    """The figures of each token-length bucket (workloads.buckets.BUCKETS) that holds verified texts, shortest first."""
+    from infertune.workloads.buckets import bucket_label, bucket_of
 
     if len(lengths) != len(cos):
         raise ValueError(f"{len(lengths)} lengths for {len(cos)} verified texts")

@@ -25,7 +25,7 @@ def setup(tmp_path_factory):
     pytest.importorskip("torch")
     from infertune.backends.torch_eager import TorchEager
     from infertune.models.embedding import embedding_spec
-    from infertune.workload import load_workload
+    from infertune.workloads.texts import load_workload
 
     spec = embedding_spec("minilm")
     items = load_workload(None).items

@@ -16,7 +16,8 @@ def test_minilm_is_told_truncation_costs_too_much(tmp_path):
     from infertune.registry import load_backend
     from infertune.tasks.embedding.candidates import reference
     from infertune.tasks.embedding.dimensions import judged_dims
-    from infertune.workload import load_workload, stratified_split, stratified_subsample
+    from infertune.workloads.buckets import stratified_split, stratified_subsample
+    from infertune.workloads.texts import load_workload
 
     ref = resolve_model("minilm")
     spec = embedding_spec(ref)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from tune_helpers import TUNE_BUDGET_S, TUNE_SLO_MS, run_cli
 
-from infertune.workload import load_workload
+from infertune.workloads.texts import load_workload
 
 
 @pytest.mark.slow
@@ -55,7 +55,7 @@ def test_artifact_reproduces_the_tuned_candidate(quick_run, user_jsonl):
     from infertune.config import Candidate
     from infertune.models.embedding import embedding_spec, load_tokenizer
     from infertune.registry import load_backend
-    from infertune.workload import stratified_split, stratified_subsample
+    from infertune.workloads.buckets import stratified_split, stratified_subsample
 
     _, out = quick_run
     art = out / "artifact"

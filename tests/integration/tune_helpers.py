@@ -22,7 +22,7 @@ def run_cli(*args, timeout=900):
 
 def write_user_jsonl(path):
     """1,000 mixed-length texts, with over-length items, blank lines and non-ASCII text."""
-    from infertune.workload import load_workload
+    from infertune.workloads.texts import load_workload
 
     rng = random.Random(3)
     base = load_workload(None).items

@@ -16,7 +16,7 @@ def minilm():
 
 @pytest.fixture(scope="module")
 def texts():
-    from infertune.workload import load_workload
+    from infertune.workloads.texts import load_workload
 
     return load_workload(None).items
 

@@ -101,11 +101,9 @@ class BenchConfig(BaseModel):
     @field_validator("workload")
     @classmethod
     def _exists(cls, v: Path | None) -> Path | None:
-        from infertune.errors import InfertuneError
+        from infertune.workloads.source import check_file
 
-        if v is not None and not Path(v).is_file():
-            raise InfertuneError(f"workload file {v} does not exist; pass a JSONL file, one request a line")
-        return v
+        return None if v is None else check_file(v)
 
     @model_validator(mode="after")
     def _check(self) -> BenchConfig:

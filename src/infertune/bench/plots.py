@@ -118,11 +118,11 @@ def _values(tel: TelemetrySeries, name: str, per: str | None = None) -> tuple[li
     if _kind(tel, name) != "counter":
         return [t for t, _ in pts], [y for _, y in pts]
     xs, ys = [], []
-    for a, b in zip(pts, pts[1:], strict=False):
-        d = den[b[0]] - den[a[0]] if per else b[0] - a[0]
+    for (t0, y0), (t1, y1) in zip(pts, pts[1:], strict=False):
+        d = den[t1] - den[t0] if per else t1 - t0
         if d > 0:
-            xs.append(b[0])
-            ys.append((b[1] - a[1]) / d)
+            xs.append(t1)
+            ys.append((y1 - y0) / d)
     return xs, ys
 
 

@@ -16,8 +16,8 @@ from infertune.bench.results import BenchResult, Knee, Offered, Point
 from infertune.bench.slo import SLO, confirm, parse_slo, search
 from infertune.bench.stats import build_point
 from infertune.bench.telemetry import Telemetry
-from infertune.bench.workload import Requests, build
 from infertune.errors import InfertuneError
+from infertune.workloads.bodies import Requests, build
 
 Log = Callable[[str], None]
 

@@ -145,7 +145,7 @@ def _compare(url, compare, api, workload, concurrency, duration, warmup, rounds,
     from infertune.errors import InfertuneError
     from infertune.peers import compare as run_compare
     from infertune.peers import table
-    from infertune.workload import load_workload
+    from infertune.workloads.texts import load_workload
 
     if api != "embeddings":
         raise InfertuneError("--compare measures embedding servers (--api embeddings)")

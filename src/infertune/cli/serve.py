@@ -144,7 +144,7 @@ def serve_cmd(
         raise InfertuneError(f"--cuda-graphs must be auto, on, off, padded or packed, not {cuda_graphs!r}")
     if ceiling:
         from infertune.serve.ceiling import forward_ceiling
-        from infertune.workload import load_workload
+        from infertune.workloads.texts import load_workload
 
         texts = load_workload(workload).items if workload else None
         c = forward_ceiling(model, device, texts, batch_tokens=batch_tokens, max_batch_items=max_batch_items,

@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from infertune.verify import row_cosines
-from infertune.workload import bucket_label, bucket_of
+from infertune.workloads.buckets import bucket_label, bucket_of
 
 MIN_COSINE = 0.9999
 PER_BUCKET = 48  # inputs checked per length bucket (the first ones of the workload in each)

@@ -160,7 +160,7 @@ def export(cfg: ExportConfig) -> ExportResult:
     _require(cfg)
     from infertune.models.kind import model_kind
     from infertune.models.resolve import resolve_model
-    from infertune.workload import load_workload
+    from infertune.workloads.texts import load_workload
 
     out = Path(cfg.out or _default_out(cfg.model, cfg.to))
     wl = load_workload(cfg.workload)

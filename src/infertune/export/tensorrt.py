@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib.resources import files
 
-from infertune.workload import BUCKETS, bucket_of
+from infertune.workloads.buckets import BUCKETS, bucket_of
 
 MAX_ROWS = 1024  # batch dimension cap of a profile: past it a bigger batch buys nothing on any current GPU
 PRECISION_FLAG = {"fp16": ["--fp16"], "bf16": ["--bf16"], "int8": ["--int8"], "fp8": ["--fp8"], "fp32": []}

@@ -1,6 +1,6 @@
 """The workload's length-stratified calibration split, written where llm-compressor's `oneshot` reads it.
 
-The split is the one tune uses for every family (infertune.workload.stratified_split over prompt token counts,
+The split is the one tune uses for every family (infertune.workloads.buckets.stratified_split over prompt token counts,
 eval_fraction 0.7, seed 0): 30% of each token-length bucket, so a workload whose tail is long prompts calibrates
 on long prompts too. Each request is rendered with the model's chat template, because that is the text vLLM's
 engine sees (the template's special tokens are part of the activations the scales must cover).
@@ -37,7 +37,7 @@ class CalibrationSplit(BaseModel):
 
 def split_indices(lengths: list[int], eval_fraction: float = EVAL_FRACTION, seed: int = 0) -> list[int]:
     """Indices of the calibration requests: the stratified split's calibration side (the rest is tune's eval)."""
-    from infertune.workload import stratified_split
+    from infertune.workloads.buckets import stratified_split
 
     return stratified_split(lengths, eval_fraction, seed)[0]
 
@@ -49,8 +49,8 @@ def write_calibration(out_dir: str | Path, tokenizer, workload: str | Path | Non
     `tokenizer` is the model's (transformers; anything with __call__ and apply_chat_template): it renders the
     chat requests and counts their tokens, the lengths the split is stratified on.
     """
-    from infertune.llm.workload import load_chat_workload
-    from infertune.workload import histogram
+    from infertune.workloads.buckets import histogram
+    from infertune.workloads.chat import load_chat_workload
 
     reqs, source = load_chat_workload(workload)
     texts = [r.render(tokenizer) for r in reqs]

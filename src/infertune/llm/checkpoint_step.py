@@ -60,7 +60,7 @@ def calibration_of(scheme: Scheme, out: str, workload: str | None, n_calibration
         "needed": True,
         "source": workload or "the built-in chat sample (infertune/data/sample_chat.jsonl; --workload: your traffic)",
         "split": f"{round((1 - EVAL_FRACTION) * 100)}% of each token-length bucket "
-                 f"(infertune.workload.stratified_split, eval_fraction {EVAL_FRACTION}, seed 0)",
+                 f"(infertune.workloads.buckets.stratified_split, eval_fraction {EVAL_FRACTION}, seed 0)",
         "requests": n_calibration,
         "file": f"{out}.calibration/train.json",
         "format": 'JSON lines, {"text": the request rendered with the model\'s chat template}',

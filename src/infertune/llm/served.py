@@ -188,7 +188,7 @@ def eval_sets(tokenizer, out_dir: Path, workload: str | Path | None = None, *, n
     import json
 
     from infertune.llm.calibration import EVAL_FRACTION, split_indices
-    from infertune.llm.workload import load_chat_workload
+    from infertune.workloads.chat import load_chat_workload
 
     reqs, _ = load_chat_workload(workload)
     texts = [r.render(tokenizer) for r in reqs]

@@ -220,7 +220,7 @@ def plan(cfg: PlanConfig) -> PlanResult:
     outs: list[int] = []
     how: str | None = None
     if cfg.workload:
-        from infertune.plan.workload import request_lengths
+        from infertune.workloads.lengths import request_lengths
 
         prompts, outs, how = request_lengths(cfg.workload, tokenizer_dir=model_location(cfg.model)[1])
         lens = [p + o for p, o in zip(prompts, outs, strict=False)] if outs else prompts

@@ -49,7 +49,7 @@ def calibration_count(prompts: list[int], how: str | None) -> int | None:
     """Requests in the workload's calibration split (None: no workload, or one that holds token counts only)."""
     if not prompts or not how or how == "token counts from the file":
         return None
-    from infertune.workload import stratified_split
+    from infertune.workloads.buckets import stratified_split
 
     return len(stratified_split(prompts, EVAL_FRACTION)[0])
 

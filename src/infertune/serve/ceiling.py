@@ -33,7 +33,7 @@ def forward_ceiling(model: str, device: str | None = None, texts: list[str] | No
     settings = resolve_settings(ServeConfig(model=model, device=device, batch_tokens=batch_tokens,
                                             max_batch_items=max_batch_items, cuda_graphs=cuda_graphs), manifest)
     if texts is None:
-        from infertune.workload import load_workload
+        from infertune.workloads.texts import load_workload
 
         texts = load_workload(None).items
     emb = load_model(model, settings.device, task=task)

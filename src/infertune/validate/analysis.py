@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -23,6 +23,11 @@ def t95(dof: int) -> float:
     return _T95[dof - 1] if 1 <= dof <= len(_T95) else 1.96
 
 
+class RssSample(NamedTuple):
+    t_s: float  # seconds since the soak started
+    mb: float  # resident memory
+
+
 def _ols(x: np.ndarray, y: np.ndarray) -> float | None:
     sxx = float(((x - x.mean()) ** 2).sum())
     return float(((x - x.mean()) * (y - y.mean())).sum() / sxx) if sxx > 0 else None
@@ -33,16 +38,16 @@ def rss_slope(t_s: list[float], rss_mb: list[float], settle_fraction: float = 0.
     of the run (allocator arenas, per-shape kernel caches and connection pools fill early, then flatten).
     Also the slopes of the first and second half of the whole run: a steady leak keeps its slope, a
     warm-up decelerates."""
-    pts = [(t, y) for t, y in zip(t_s, rss_mb, strict=True) if y is not None and math.isfinite(y)]
+    pts = [RssSample(t, y) for t, y in zip(t_s, rss_mb, strict=True) if y is not None and math.isfinite(y)]
     if len(pts) < 4:
         return {"slope_mb_per_h": None, "n": len(pts), "note": "fewer than 4 RSS samples"}
-    t_end = pts[-1][0]
-    t_cut = pts[0][0] + settle_fraction * (t_end - pts[0][0])
-    fit = [p for p in pts if p[0] >= t_cut]
+    t_start, t_end = pts[0].t_s, pts[-1].t_s
+    t_cut = t_start + settle_fraction * (t_end - t_start)
+    fit = [p for p in pts if p.t_s >= t_cut]
     if len(fit) < 4:
         fit = pts
-    x = np.array([p[0] for p in fit]) / 3600.0
-    y = np.array([p[1] for p in fit])
+    x = np.array([p.t_s for p in fit]) / 3600.0
+    y = np.array([p.mb for p in fit])
     n = len(x)
     sxx = float(((x - x.mean()) ** 2).sum())
     if sxx <= 0:
@@ -53,16 +58,16 @@ def rss_slope(t_s: list[float], rss_mb: list[float], settle_fraction: float = 0.
     se = math.sqrt(float((resid**2).sum()) / max(1, n - 2) / sxx)
     half = t95(n - 2) * se
     ups = int((np.diff(y) > 0).sum())
-    ax = np.array([p[0] for p in pts]) / 3600.0
-    ay = np.array([p[1] for p in pts])
+    ax = np.array([p.t_s for p in pts]) / 3600.0
+    ay = np.array([p.mb for p in pts])
     mid = len(ax) // 2
     halves = [_ols(ax[:mid], ay[:mid]), _ols(ax[mid:], ay[mid:])] if mid >= 3 else [None, None]
     return {"slope_mb_per_h": round(b, 2),
             "halves_slope_mb_per_h": [round(h, 1) if h is not None else None for h in halves],
             "ci95_mb_per_h": [round(b - half, 2), round(b + half, 2)], "n": n,
-            "fit_from_s": round(fit[0][0], 1), "fit_to_s": round(fit[-1][0], 1),
-            "rss_start_mb": round(float(pts[0][1]), 1), "rss_fit_start_mb": round(float(y[0]), 1),
-            "rss_end_mb": round(float(y[-1]), 1), "rss_max_mb": round(float(max(p[1] for p in pts)), 1),
+            "fit_from_s": round(fit[0].t_s, 1), "fit_to_s": round(fit[-1].t_s, 1),
+            "rss_start_mb": round(float(pts[0].mb), 1), "rss_fit_start_mb": round(float(y[0]), 1),
+            "rss_end_mb": round(float(y[-1]), 1), "rss_max_mb": round(float(max(p.mb for p in pts)), 1),
             "rising_steps": f"{ups}/{n - 1}"}
 
 
@@ -102,13 +107,13 @@ def knee(rates: list[float], p99s: list[float | None], factor: float = 2.0) -> d
     pts = sorted((r, p) for r, p in zip(rates, p99s, strict=True) if p is not None)
     if len(pts) < 2:
         return {"rate": None, "rule": "fewer than 2 measured rates"}
-    base = pts[0][1]
+    (low_rate, base), top_rate = pts[0], pts[-1][0]
     for r, p in pts[1:]:
         if p > factor * base:
             return {"rate": round(r, 3), "p99_ms": round(p, 1), "base_p99_ms": round(base, 1),
-                    "rule": f"lowest rate with P99 > {factor:g} x P99 at {pts[0][0]:.3g} req/s"}
+                    "rule": f"lowest rate with P99 > {factor:g} x P99 at {low_rate:.3g} req/s"}
     return {"rate": None, "base_p99_ms": round(base, 1),
-            "rule": f"P99 stayed within {factor:g} x its value at {pts[0][0]:.3g} req/s up to {pts[-1][0]:.3g} req/s"}
+            "rule": f"P99 stayed within {factor:g} x its value at {low_rate:.3g} req/s up to {top_rate:.3g} req/s"}
 
 
 def slo_terms_verdict(slo_text: str, point) -> dict[str, Any]:

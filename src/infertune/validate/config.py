@@ -13,7 +13,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from infertune.durations import Seconds, parse_duration  # noqa: F401  (one parser; this import path is kept)
-from infertune.errors import InfertuneError
 from infertune.results import EnvFingerprint
 
 FAULTS = ("kill-worker", "stall", "burst", "oom-guard")
@@ -64,9 +63,9 @@ class ValidateConfig(BaseModel):
     @field_validator("workload")
     @classmethod
     def _exists(cls, v: Path | None) -> Path | None:
-        if v is not None and not Path(v).is_file():
-            raise InfertuneError(f"workload file {v} does not exist; pass a JSONL file, one request a line")
-        return v
+        from infertune.workloads.source import check_file
+
+        return None if v is None else check_file(v)
 
     @property
     def is_url(self) -> bool:

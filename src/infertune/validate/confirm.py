@@ -13,11 +13,11 @@ from typing import Any
 
 from infertune.bench.config import BenchConfig
 from infertune.bench.results import ConfirmResult, Point
-from infertune.bench.workload import Requests
 from infertune.errors import InfertuneError
 from infertune.validate.config import ValidateConfig
 from infertune.validate.load import Stream, point, run_streams
 from infertune.validate.target import Target
+from infertune.workloads.bodies import Requests
 
 # judged as the SLO search judges its points, with bench's own defaults: errors within 1%, completions in the
 # window at least 95% of the sends (a queue that grows is not a load the server holds)

@@ -15,11 +15,11 @@ from typing import Any
 
 import httpx
 
-from infertune.bench.workload import Requests
 from infertune.validate.config import Drill, ValidateConfig
 from infertune.validate.load import BackgroundLoad, Stream, is_429, point, run_streams, summarize
 from infertune.validate.soak import Sampler
 from infertune.validate.target import Target, scrape
+from infertune.workloads.bodies import Requests
 
 Log = Callable[[str], None]
 RESTARTS = "infertune_worker_restarts_total"

@@ -44,9 +44,12 @@ class OtherCPU:
         busy = ct.user + ct.nice + ct.system + getattr(ct, "irq", 0.0) + getattr(ct, "softirq", 0.0)
         own = _tree_cpu_s(self._me)
         last, self._last = self._last, (now, busy, own)
-        if last is None or now <= last[0]:
+        if last is None:
             return None
-        return round(max(0.0, (busy - last[1]) - (own - last[2])) / (now - last[0]), 3)
+        then, busy_then, own_then = last
+        if now <= then:
+            return None
+        return round(max(0.0, (busy - busy_then) - (own - own_then)) / (now - then), 3)
 
 
 def by_third(t_s: list[float], values: list[float | None], start: float, end: float) -> list[float | None]:
@@ -80,7 +83,8 @@ def busy_spell(t_s: list[float], cores: list[float | None], window_t: list[float
             if p is not None and p > bound]
     best = None
     for r in runs:
-        lo, hi = r[0][0], r[-1][0] + 1.0
+        (lo, _), (last_t, _) = r[0], r[-1]
+        hi = last_t + 1.0
         if hi - lo < 3.0 or not any(a < hi and lo < b for a, b in slow):
             continue
         if best is None or hi - lo > best["to_s"] - best["from_s"]:

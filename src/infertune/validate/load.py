@@ -7,8 +7,7 @@ point statistics); what bench lacks is added here:
   recovery takes);
 - windows: one long run cut into consecutive bench Points (the soak's P99 over time).
 
-Records are bench.client tuples: (sched, dispatched, first, end, kind, message, out_tokens, in_tokens, ...),
-monotonic seconds.
+Records are bench.records.Record (sched, sent, first, done, error, ...: time.monotonic() seconds).
 """
 
 from __future__ import annotations

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from infertune.bench.workload import Requests
 from infertune.validate.analysis import knee
 from infertune.validate.config import Drill, ValidateConfig
 from infertune.validate.load import Stream, is_429, run_streams, summarize
 from infertune.validate.target import Target
+from infertune.workloads.bodies import Requests
 
 SHARES = {"p50": 0.4, "p90": 0.3, "p99": 0.2, "over_limit": 0.1}
 LADDER = (0.25, 0.5, 0.8, 1.0)

@@ -25,26 +25,15 @@ def _loadavg() -> list[float]:
         return []
 
 
-def _write_workload(req, path: Path) -> Path:
-    """The (screened) requests as a JSONL workload bench can read."""
-    import json
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        for b in req.bodies:
-            obj = json.loads(b)
-            f.write(json.dumps({k: v for k, v in obj.items() if k != "model"}) + "\n")
-    return path
-
-
 def find_peak(target: Target, api: str, model: str | None, req, cfg: ValidateConfig, out: Path | None, log: Log
               ) -> dict[str, Any]:
     """The highest rate meeting the SLO, by bench's search (the same as `infertune bench --slo`), on the
     same requests the drills send."""
     from infertune.bench.config import BenchConfig
     from infertune.bench.runner import bench
+    from infertune.workloads.bodies import to_file
 
-    work = _write_workload(req, (out or Path(".infertune-validate")) / "workload-screened.jsonl")
+    work = to_file(req, (out or Path(".infertune-validate")) / "workload-screened.jsonl")
     bcfg = BenchConfig(url=target.url, api=api, model=model, workload=work, slo=cfg.slo,
                        duration=cfg.search_duration_s, warmup=min(2.0, cfg.search_duration_s / 2), slo_repeats=2,
                        timeout=cfg.timeout_s, seed=cfg.seed, out=out / "peak" if out else None, metrics_url="")
@@ -97,7 +86,7 @@ def confirm_soak(target: Target, api: str, req, peak: float, cfg: ValidateConfig
 
 
 def _requests(cfg: ValidateConfig, api: str, model: str | None):
-    from infertune.bench.workload import build
+    from infertune.workloads.bodies import build
 
     return build(api, model, False, cfg.workload, None, cfg.seed)
 
@@ -108,7 +97,7 @@ def screen(target: Target, api: str, req, log: Log):
     requests longer than the limit in bytes are asked, once each."""
     import httpx
 
-    from infertune.bench.workload import Requests
+    from infertune.workloads.bodies import Requests
 
     max_tok = target.limits.get("max_input_tokens")
     if api != "embeddings" or not max_tok or target.limits.get("truncate"):

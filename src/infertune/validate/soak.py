@@ -8,11 +8,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from infertune.bench.workload import Requests
 from infertune.validate.analysis import degradation, leak_verdict, p99_drift, rss_slope, slo_terms_verdict
 from infertune.validate.config import Drill, ValidateConfig
 from infertune.validate.load import Stream, point, run_streams
 from infertune.validate.target import Target, scrape
+from infertune.workloads.bodies import Requests
 
 WATCH = ("infertune_queue_depth", "infertune_worker_restarts_total", "infertune_batch_failures_total",
          "process_resident_memory_bytes", "infertune_worker_resident_memory_bytes")

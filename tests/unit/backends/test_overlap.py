@@ -117,7 +117,7 @@ def test_tokenizer_processes_give_the_engines_ids_and_feed_the_pass(monkeypatch)
     import infertune.backends.overlap as overlap
     from infertune.artifact import load_model
     from infertune.backends.tokenize_pool import TokenizerPool
-    from infertune.workload import load_workload
+    from infertune.workloads.texts import load_workload
 
     texts = load_workload(None).items[:150]
     emb = load_model("minilm", "cpu")

@@ -17,8 +17,8 @@ from infertune.bench.results import Offered, Percentiles, Point
 from infertune.bench.slo import parse_slo, search
 from infertune.bench.stats import build_point
 from infertune.bench.telemetry import parse_prometheus
-from infertune.bench.workload import parse_synthetic, synthetic
 from infertune.errors import InfertuneError
+from infertune.workloads.bodies import parse_synthetic, synthetic
 
 
 def test_constant_arrivals_are_evenly_spaced():

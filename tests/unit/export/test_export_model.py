@@ -22,7 +22,7 @@ SRC = str(Path(__file__).parents[3] / "src")
 @pytest.fixture(scope="module")
 def workload(tmp_path_factory):
     """40 sample inputs spread over the length buckets (short ones and ones over MiniLM's 256 tokens)."""
-    from infertune.workload import load_workload
+    from infertune.workloads.texts import load_workload
 
     items = load_workload(None).items
     items = sorted(items, key=len)

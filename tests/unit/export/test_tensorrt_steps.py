@@ -24,7 +24,7 @@ from infertune.export.tensorrt import (
     trtllm_steps,
 )
 from infertune.plan.planner import PlanConfig, plan
-from infertune.workload import sample_path
+from infertune.workloads.texts import sample_path
 
 CONFIGS = Path(__file__).parents[1] / "configs"
 LLAMA = str(CONFIGS / "llama-3-8b.json")

@@ -6,7 +6,7 @@ import json
 from infertune.llm.calibration import split_indices, write_calibration
 from infertune.llm.checkpoint_rules import W4A16
 from infertune.llm.checkpoint_step import llm_compressor_step
-from infertune.workload import bucket_of
+from infertune.workloads.buckets import bucket_of
 
 
 class WordTokenizer:
@@ -45,7 +45,7 @@ def test_split_keeps_each_length_bucket_and_renders_the_template(tmp_path):
 
 
 def test_split_is_tunes_calibration_side_deterministic_and_disjoint_from_eval(tmp_path):
-    from infertune.workload import stratified_split
+    from infertune.workloads.buckets import stratified_split
 
     lengths = [5 + (i * 37) % 700 for i in range(120)]
     seen = [n + 3 for n in lengths]  # what the tokenizer counts: the template adds 3 words to the content

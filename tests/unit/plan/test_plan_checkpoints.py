@@ -11,7 +11,7 @@ import pytest
 from infertune.errors import InfertuneError
 from infertune.hardware.gpu_specs import gpu_table
 from infertune.plan.planner import PlanConfig, plan
-from infertune.workload import stratified_split
+from infertune.workloads.buckets import stratified_split
 
 CONFIGS = Path(__file__).parents[1] / "configs"
 LLAMA = str(CONFIGS / "llama-3-8b.json")

@@ -3,7 +3,7 @@
 import pytest
 
 from infertune.models.embedding import embedding_spec
-from infertune.workload import load_workload
+from infertune.workloads.texts import load_workload
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from infertune.bench.workload import Requests
 from infertune.errors import InfertuneError
 from infertune.validate import analysis
 from infertune.validate.config import Drill, ValidateConfig, ValidateResult, parse_duration
 from infertune.validate.longtail import buckets
+from infertune.workloads.bodies import Requests
 
 
 def _series(slope_mb_h: float, seconds: float = 600, every: float = 1.0, noise_mb: float = 0.5, seed: int = 0):

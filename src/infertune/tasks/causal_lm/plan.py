@@ -16,8 +16,8 @@ def workload_plan(cfg: TuneConfig, spec, tok, loaded: tuple | None = None) -> tu
     `loaded`: what load_chat_workload already returned for it)."""
     import numpy as np
 
-    from infertune.llm.workload import load_chat_workload
-    from infertune.workload import histogram
+    from infertune.workloads.buckets import histogram
+    from infertune.workloads.chat import load_chat_workload
 
     reqs, source = loaded or load_chat_workload(cfg.workload)
     rendered = [tok(r.render(tok), add_special_tokens=False)["input_ids"] for r in reqs]

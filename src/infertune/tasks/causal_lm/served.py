@@ -62,7 +62,7 @@ class ServedLMTask(CausalLMTask):
         from infertune.llm.served import eval_sets
         from infertune.llm.vllm_server import find_vllm
         from infertune.results import WorkloadSummary
-        from infertune.workload import histogram
+        from infertune.workloads.buckets import histogram
 
         cfg, console = self.cfg, self.console
         self.out = out

@@ -23,7 +23,7 @@ class CausalLMTask(Task):
     baseline_eligible = True  # eager generate() is also the accuracy reference and a servable answer
 
     def __init__(self, cfg, console, ref):
-        from infertune.llm.workload import load_chat_workload
+        from infertune.workloads.chat import load_chat_workload
 
         super().__init__(cfg, console)
         self.ref = ref

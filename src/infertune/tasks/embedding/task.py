@@ -21,7 +21,7 @@ class EmbeddingTask(Task):
     unit = "items/s"
 
     def __init__(self, cfg: TuneConfig, console, ref, custom: list[Candidate] | None = None):
-        from infertune.workload import load_workload
+        from infertune.workloads.texts import load_workload
 
         super().__init__(cfg, console)
         self.ref, self.custom = ref, custom
@@ -64,7 +64,7 @@ class EmbeddingTask(Task):
     def _workload(self) -> tuple[list[str], list[str], WorkloadSummary]:
         import numpy as np
 
-        from infertune.workload import histogram, stratified_split, stratified_subsample
+        from infertune.workloads.buckets import histogram, stratified_split, stratified_subsample
 
         cfg = self.cfg
         wl = self.workload
@@ -345,7 +345,7 @@ def accuracy_subset(lengths: list[int], seed: int = 0) -> list[int] | None:
     on a long-text workload (Qwen3-Embedding-0.6B shape, p99 756 tokens)."""
     import numpy as np
 
-    from infertune.workload import stratified_subsample
+    from infertune.workloads.buckets import stratified_subsample
 
     n = len(lengths)
     if n <= ACCURACY_ITEMS:

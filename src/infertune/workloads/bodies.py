@@ -3,6 +3,7 @@ the load loop does no JSON work on the way out."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import random
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infertune.errors import InfertuneError
+from infertune.workloads.source import at, not_an_object, nothing_read, read_text
 
 # Short common English words: nearly all are one token in BPE/WordPiece vocabularies, so a prompt of
 # N words is close to N tokens (reported as an estimate unless the server returns usage).
@@ -128,37 +130,51 @@ def synthetic(spec: str, api: str, model: str | None, stream: bool, seed: int, i
     return Requests(bodies, toks, maxt, f"synthetic:{spec}")
 
 
+EXAMPLE = '{"input": "..."}, {"prompt": "...", "max_tokens": 64} or {"messages": [...]}'
+
+
 def from_file(path: Path, api: str, model: str | None, stream: bool, default_max_tokens: int = 128) -> Requests:
     bodies, toks, maxt = [], [], []
-    with open(path, encoding="utf-8") as f:
-        for ln, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                obj = {"input": line} if api == "embeddings" else {"prompt": line}
-            if not isinstance(obj, dict):
-                raise InfertuneError(f"{path}:{ln}: expected a JSON object, got {type(obj).__name__}")
-            text = obj.get("input", obj.get("prompt", obj.get("text")))
-            messages = obj.get("messages")
-            if text is None and messages is None:
-                raise InfertuneError(f"{path}:{ln}: needs 'input', 'prompt', 'text' or 'messages'")
-            if api == "embeddings" and text is None:
-                text = "\n".join(str(m.get("content", "")) for m in messages)
-            mt = obj.get("max_tokens", obj.get("max_completion_tokens", default_max_tokens))
-            mt = int(mt) if api != "embeddings" and mt else None
-            extra = {k: v for k, v in obj.items() if k in ("temperature", "top_p", "ignore_eos", "min_tokens", "stop")}
-            bodies.append(json.dumps(_body(api, model, stream, text=text, messages=messages, max_tokens=mt,
-                                           extra=extra)).encode())
-            words = text if isinstance(text, str) else " ".join(
-                text if isinstance(text, list) else [str(m.get("content", "")) for m in messages])
-            toks.append(max(1, round(len(str(words).split()) * 1.3)))
-            maxt.append(mt)
+    for ln, line in enumerate(io.StringIO(read_text(path), newline=None), 1):  # the lines open() would give
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:  # not JSON: the line is the text
+            obj = {"input": line} if api == "embeddings" else {"prompt": line}
+        if not isinstance(obj, dict):
+            raise not_an_object(obj, at(path, ln), EXAMPLE)
+        text = obj.get("input", obj.get("prompt", obj.get("text")))
+        messages = obj.get("messages")
+        if text is None and messages is None:
+            raise InfertuneError(f"{at(path, ln)}: needs 'input', 'prompt', 'text' or 'messages'; write each line "
+                                 f"like {EXAMPLE}")
+        if api == "embeddings" and text is None:
+            text = "\n".join(str(m.get("content", "")) for m in messages)
+        mt = obj.get("max_tokens", obj.get("max_completion_tokens", default_max_tokens))
+        mt = int(mt) if api != "embeddings" and mt else None
+        extra = {k: v for k, v in obj.items() if k in ("temperature", "top_p", "ignore_eos", "min_tokens", "stop")}
+        bodies.append(json.dumps(_body(api, model, stream, text=text, messages=messages, max_tokens=mt,
+                                       extra=extra)).encode())
+        words = text if isinstance(text, str) else " ".join(
+            text if isinstance(text, list) else [str(m.get("content", "")) for m in messages])
+        toks.append(max(1, round(len(str(words).split()) * 1.3)))
+        maxt.append(mt)
     if not bodies:
-        raise InfertuneError(f"{path} has no requests")
+        raise nothing_read(path, "requests", "one JSON object (or text) per line")
     return Requests(bodies, toks, maxt, str(path))
+
+
+def to_file(reqs: Requests, path: Path) -> Path:
+    """The requests as a JSONL workload `from_file` reads back (validate hands its screened requests to bench
+    this way); without the model, which the reader sets."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for b in reqs.bodies:
+            obj = json.loads(b)
+            f.write(json.dumps({k: v for k, v in obj.items() if k != "model"}) + "\n")
+    return path
 
 
 def group_inputs(reqs: Requests, per_request: int, model: str | None) -> Requests:
@@ -188,7 +204,7 @@ def build(api: str, model: str | None, stream: bool, workload: Path | None, spec
     if spec:
         return synthetic(spec, api, model, stream, seed)
     if api == "embeddings":
-        from infertune.workload import sample_path
+        from infertune.workloads.texts import sample_path
 
         return from_file(sample_path(), api, model, stream)
     return synthetic("prompt=128,output=64", api, model, stream, seed)

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from infertune.errors import InfertuneError
-from infertune.llm.workload import Request, load_chat_workload, sample_chat_path
+from infertune.workloads.chat import Request, load_chat_workload, sample_chat_path
 
 
 def test_sample_has_both_shapes_and_a_length_spread():

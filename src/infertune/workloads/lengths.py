@@ -5,12 +5,13 @@ else estimated at 4 characters per token, which under-counts CJK text about 3x (
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from infertune.errors import InfertuneError
+from infertune.workloads.source import at, json_line, nothing_read, read_text
 
 CHARS_PER_TOKEN = 4.0
+EXAMPLE = '{"prompt_tokens": 200, "output_tokens": 128} or {"prompt": "...", "max_tokens": 128}'
 
 
 def _counter(tokenizer_dir: str | Path | None):
@@ -32,21 +33,16 @@ def request_lengths(path: str | Path, tokenizer_dir: str | Path | None = None) -
     """(prompt token counts, output token counts, how they were obtained); texts are counted with the
     tokenizer.json in `tokenizer_dir` when there is one."""
     p = Path(path)
-    if not p.is_file():
-        raise InfertuneError(f"workload file {p} does not exist")
     prompts: list[int] = []
     outputs: list[int] = []
     texts: dict[int, str] = {}  # request index -> its text, counted below
     estimated = False
-    for no, line in enumerate(p.read_text(errors="replace").splitlines(), 1):
+    for no, line in enumerate(read_text(p, errors="replace").splitlines(), 1):  # only counted: bad bytes may stay
         if not line.strip():
             continue
         obj = None
         if line.lstrip().startswith("{"):
-            try:
-                obj = json.loads(line)
-            except ValueError as e:
-                raise InfertuneError(f"{p}:{no}: not valid JSON ({e.msg})") from e
+            obj = json_line(line, at(p, no), EXAMPLE)
         if isinstance(obj, dict):
             n = obj.get("prompt_tokens", obj.get("input_tokens"))
             if n is None:
@@ -54,19 +50,20 @@ def request_lengths(path: str | Path, tokenizer_dir: str | Path | None = None) -
                 if isinstance(text, list):
                     text = " ".join(map(str, text))
                 if not isinstance(text, str):
-                    raise InfertuneError(f"{p}:{no}: expected prompt_tokens/input_tokens or a prompt/input/text field")
+                    raise InfertuneError(f"{at(p, no)}: expected prompt_tokens/input_tokens or a prompt/input/text "
+                                         f"field; write each line like {EXAMPLE}")
                 n, estimated = max(1, round(len(text) / CHARS_PER_TOKEN)), True
                 texts[len(prompts)] = text
-            prompts.append(int(n))
+            prompts.append(_whole(n, at(p, no)))
             out = obj.get("output_tokens", obj.get("max_tokens"))
             if out is not None:
-                outputs.append(int(out))
+                outputs.append(_whole(out, at(p, no)))
         else:
             texts[len(prompts)] = line
             prompts.append(max(1, round(len(line) / CHARS_PER_TOKEN)))
             estimated = True
     if not prompts:
-        raise InfertuneError(f"workload file {p} has no requests")
+        raise nothing_read(p, "requests", "one JSON object (or text) per line")
     count = _counter(tokenizer_dir) if texts else None
     if count is not None:
         for i, n in zip(texts, count(texts.values()), strict=True):
@@ -74,6 +71,14 @@ def request_lengths(path: str | Path, tokenizer_dir: str | Path | None = None) -
         how = f"token counts from the model's tokenizer ({Path(tokenizer_dir) / 'tokenizer.json'})"
         return prompts, outputs, how if len(texts) == len(prompts) else how + " and from the file"
     return prompts, outputs, _estimated(tokenizer_dir) if estimated else "token counts from the file"
+
+
+def _whole(n: object, where: str) -> int:
+    try:
+        return int(n)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise InfertuneError(f"{where}: a token count must be a whole number, got {n!r:.40}; write each line like "
+                             f"{EXAMPLE}") from None
 
 
 def _estimated(tokenizer_dir: str | Path | None) -> str:

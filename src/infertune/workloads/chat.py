@@ -11,12 +11,12 @@ p90 ~320, p99 ~1000 under SmolLM2's template).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
 from infertune.errors import InfertuneError
+from infertune.workloads.source import at, is_json_lines, json_line, not_an_object, nothing_read, read_text
 
 SAMPLE = "sample_chat.jsonl"
 DEFAULT_MAX_TOKENS = 128
@@ -47,10 +47,12 @@ def sample_chat_path() -> Path:
     return Path(str(files("infertune") / "data" / SAMPLE))
 
 
+EXAMPLE = '{"messages": [{"role": "user", "content": "..."}], "max_tokens": 128} or {"prompt": "..."}'
+
+
 def _request(obj: object, where: str) -> Request:
     if not isinstance(obj, dict):
-        raise InfertuneError(f"{where}: expected a JSON object like {{\"prompt\": \"...\"}} or "
-                             f"{{\"messages\": [...]}}, got {type(obj).__name__}")
+        raise not_an_object(obj, where, EXAMPLE)
     mt = obj.get("max_tokens", obj.get("max_completion_tokens", DEFAULT_MAX_TOKENS))
     if not isinstance(mt, int) or mt < 1:
         raise InfertuneError(f"{where}: max_tokens must be a positive integer, got {mt!r}")
@@ -72,20 +74,15 @@ def _request(obj: object, where: str) -> Request:
             if not isinstance(val, str) or not val.strip():
                 raise InfertuneError(f"{where}: \"{key}\" must be a non-empty string, got {val!r:.60}")
             return Request(prompt=val, max_tokens=mt)
-    raise InfertuneError(f"{where}: no \"messages\" or \"prompt\" field (keys: {', '.join(map(str, obj)) or 'none'})")
+    raise InfertuneError(f"{where}: no \"messages\" or \"prompt\" field (keys: {', '.join(map(str, obj)) or 'none'}); "
+                         f"write each line like {EXAMPLE}")
 
 
 def load_chat_workload(path: str | Path | None = None) -> tuple[list[Request], str]:
     """Read a chat/completions workload; `None` gives the built-in sample. Errors name file and line."""
     p = Path(path) if path is not None else sample_chat_path()
-    if not p.is_file():
-        raise InfertuneError(f"workload file {p} does not exist or is not a file")
-    try:
-        lines = p.read_bytes().decode("utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        raise InfertuneError(f"{p}: not UTF-8 text (byte {e.start}); is it a binary file?") from e
-    first = next((ln.strip() for ln in lines if ln.strip()), "")
-    as_json = p.suffix in (".jsonl", ".json", ".ndjson") or first.startswith("{")
+    lines = read_text(p).splitlines()
+    as_json = is_json_lines(p, lines)
     out: list[Request] = []
     for no, line in enumerate(lines, 1):
         if not line.strip():
@@ -93,11 +90,7 @@ def load_chat_workload(path: str | Path | None = None) -> tuple[list[Request], s
         if not as_json:
             out.append(Request(prompt=line))
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InfertuneError(f"{p}:{no}: invalid JSON ({e.msg} at column {e.colno})") from e
-        out.append(_request(obj, f"{p}:{no}"))
+        out.append(_request(json_line(line, at(p, no), EXAMPLE), at(p, no)))
     if not out:
-        raise InfertuneError(f"{p}: no requests found; expected one JSON object (or prompt) per line")
+        raise nothing_read(p, "requests", "one JSON object (or prompt) per line")
     return out, str(p)

@@ -3,7 +3,8 @@ import json
 import pytest
 
 from infertune.errors import InfertuneError
-from infertune.workload import histogram, load_workload, sample_path, stratified_split
+from infertune.workloads.buckets import histogram, stratified_split
+from infertune.workloads.texts import load_workload, sample_path
 
 
 def test_sample_workload_is_long_tailed_real_text():
