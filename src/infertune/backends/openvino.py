@@ -169,3 +169,11 @@ class OpenVino(Backend):
             model, info["quantization"] = quantize(model, spec, tokenizer, calibration, keep_high=candidate.keep_high)
         return OpenVinoEmbedder(spec, tokenizer, model, device, info, candidate.precision)
 
+
+
+def load_artifact(root: Path, manifest: dict[str, Any], candidate: Candidate, device: str) -> OpenVinoEmbedder:
+    """A saved OpenVINO IR artifact (model.xml + model.bin + tokenizer/), as infertune.artifact.load_embedder asks."""
+    files = manifest["files"]
+    spec = EmbeddingSpec(**manifest["embedding"], path=str(root / files["tokenizer"]))
+    return OpenVinoEmbedder.load(root / files["openvino"], spec, load_tokenizer(spec), device,
+                                 {"artifact": str(root)}, candidate.precision)
