@@ -98,30 +98,20 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
 
 
 def load_embedder(path: str | Path, device: str | None = None):
-    """Load an artifact as an Embedder (tokenize / forward / postprocess), ready to serve."""
+    """Load an artifact as an Embedder (tokenize / forward / postprocess), ready to serve: by the loader its
+    engine declares (infertune.catalog), else by the engine's prepare() from the saved weights."""
     from infertune.config import Candidate
     from infertune.models.embedding import EmbeddingSpec
-    from infertune.registry import load_backend
+    from infertune.registry import engine, load, load_backend
 
     root = Path(path)
     m = read_manifest(root)
     cand = Candidate.model_validate(m["candidate"])
     dev = device or m.get("device", "cpu")
-    files = m["files"]
-    if cand.backend == "onnxruntime":
-        from infertune.backends.onnxruntime import OrtEmbedder
-        from infertune.models.embedding import load_tokenizer
-
-        spec = EmbeddingSpec(**m["embedding"], path=str(root / files["tokenizer"]))
-        return OrtEmbedder(spec, load_tokenizer(spec), root / files["onnx"], dev, {"artifact": str(root)})
-    if cand.backend == "openvino":
-        from infertune.backends.openvino import OpenVinoEmbedder
-        from infertune.models.embedding import load_tokenizer
-
-        spec = EmbeddingSpec(**m["embedding"], path=str(root / files["tokenizer"]))
-        return OpenVinoEmbedder.load(root / files["openvino"], spec, load_tokenizer(spec), dev,
-                                     {"artifact": str(root)}, cand.precision)
-    spec = EmbeddingSpec(**m["embedding"], path=str(root / files["weights"]))
+    loader = engine(cand.backend).artifact
+    if loader is not None:
+        return load(loader)(root, m, cand, dev)
+    spec = EmbeddingSpec(**m["embedding"], path=str(root / m["files"]["weights"]))
     return load_backend(cand.backend).prepare(spec, cand, dev, root / ".work")
 
 
@@ -138,9 +128,10 @@ def load_model(path_or_name: str | Path, device: str = "cpu", pooling: str | Non
         emb = load_embedder(ref.path, device)
         emb.spec = with_prompts(emb.spec, prompts, default_prompt_name)
         return emb
-    from infertune.backends.torch_eager import TorchEager
     from infertune.models.embedding import embedding_spec
+    from infertune.registry import load_backend
     from infertune.tasks.embedding.candidates import reference
 
     spec = embedding_spec(ref, pooling, task, prompts, default_prompt_name)
-    return TorchEager.prepare(spec, reference(device), device, Path(".infertune-work"))
+    cand = reference(device)
+    return load_backend(cand.backend).prepare(spec, cand, device, Path(".infertune-work"))

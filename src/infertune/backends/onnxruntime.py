@@ -16,6 +16,7 @@ import numpy as np
 from infertune.backends.base import Backend, Embedder, missing
 from infertune.config import Candidate
 from infertune.models.embedding import EmbeddingSpec, load_tokenizer
+from infertune.registry import quant
 
 
 class OrtEmbedder(Embedder):
@@ -69,7 +70,7 @@ class OnnxRuntime(Backend):
                 return "ORT int8 runs on the CPU provider only here"
         if candidate.precision not in ("fp32", "int8", "mixed"):
             return f"ONNX Runtime {candidate.precision} on this device is not supported by infertune yet"
-        if candidate.quant not in (None, "ort-dynamic", "ort-static"):
+        if candidate.quant is not None and cls.name not in getattr(quant(candidate.quant), "engines", ()):
             return f"ONNX Runtime has no quantization {candidate.quant!r} (ort-dynamic or ort-static)"
         return None
 
@@ -103,3 +104,10 @@ class OnnxRuntime(Backend):
                 method=candidate.option("calibration", "minmax"),
                 ffn_down_int8=candidate.option("ffn_down", "fp32") == "int8")
         return OrtEmbedder(spec, tokenizer, path, device, info)
+
+
+def load_artifact(root: Path, manifest: dict[str, Any], candidate: Candidate, device: str) -> OrtEmbedder:
+    """A saved ONNX Runtime artifact (model.onnx + tokenizer/), as infertune.artifact.load_embedder asks."""
+    files = manifest["files"]
+    spec = EmbeddingSpec(**manifest["embedding"], path=str(root / files["tokenizer"]))
+    return OrtEmbedder(spec, load_tokenizer(spec), root / files["onnx"], device, {"artifact": str(root)})

@@ -26,6 +26,7 @@ from infertune.backends.base import Backend, Embedder, missing
 from infertune.config import Candidate
 from infertune.errors import InfertuneError
 from infertune.models.embedding import EmbeddingSpec, load_tokenizer
+from infertune.registry import quant, quant_available
 
 # candidate precision -> OpenVINO INFERENCE_PRECISION_HINT for the layers that are not int8
 HINTS = {"fp32": "f32", "bf16": "bf16", "int8": "f32"}
@@ -131,11 +132,10 @@ class OpenVino(Backend):
         if candidate.precision not in HINTS:
             return f"OpenVINO {candidate.precision} is not supported by infertune (fp32, bf16 or int8)"
         if candidate.precision == "int8":
-            if candidate.quant != "nncf-ptq":
+            q = quant(candidate.quant) if candidate.quant else None
+            if q is None or cls.name not in q.engines:
                 return f"OpenVINO int8 needs quant 'nncf-ptq' (got {candidate.quant!r})"
-            from infertune.quantize.nncf import available
-
-            if reason := available(device):
+            if reason := quant_available(candidate.quant, device):
                 return reason
         elif candidate.quant:
             return f"OpenVINO {candidate.precision} takes no quantization (got {candidate.quant!r})"
@@ -169,3 +169,11 @@ class OpenVino(Backend):
             model, info["quantization"] = quantize(model, spec, tokenizer, calibration, keep_high=candidate.keep_high)
         return OpenVinoEmbedder(spec, tokenizer, model, device, info, candidate.precision)
 
+
+
+def load_artifact(root: Path, manifest: dict[str, Any], candidate: Candidate, device: str) -> OpenVinoEmbedder:
+    """A saved OpenVINO IR artifact (model.xml + model.bin + tokenizer/), as infertune.artifact.load_embedder asks."""
+    files = manifest["files"]
+    spec = EmbeddingSpec(**manifest["embedding"], path=str(root / files["tokenizer"]))
+    return OpenVinoEmbedder.load(root / files["openvino"], spec, load_tokenizer(spec), device,
+                                 {"artifact": str(root)}, candidate.precision)

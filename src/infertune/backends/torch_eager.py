@@ -12,6 +12,7 @@ import numpy as np
 from infertune.backends.base import Backend, Embedder, missing
 from infertune.config import Candidate
 from infertune.models.embedding import EmbeddingSpec, load_encoder, load_tokenizer, pool
+from infertune.registry import quant, quant_available
 
 
 class TorchEmbedder(Embedder):
@@ -179,14 +180,9 @@ class TorchEager(Backend):
 
             if not ({"avx512_bf16", "amx_bf16"} & read_cpu(real=True).flags):
                 return "this CPU has no native bf16 (AVX512_BF16/AMX); bf16 would be emulated and slow"
-        if candidate.quant == "torch.ao-dynamic":
-            from infertune.quantize.torch_ao import available
-
-            return available(device)
-        if candidate.quant and candidate.quant.startswith("torchao"):
-            from infertune.quantize.torchao import available
-
-            return available(device, candidate.quant)
+        q = quant(candidate.quant) if candidate.quant else None
+        if q is not None and "torch-eager" in q.engines:  # a torch quantizer: does it run here?
+            return quant_available(candidate.quant, device)
         return None
 
     @classmethod

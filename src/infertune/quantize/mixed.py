@@ -16,9 +16,6 @@ from typing import Any
 
 from infertune.verify import row_cosines
 
-# torchao int8 on a CPU is for tests of the GPU path (its eager kernels ran at 0.05x fp32 on AVX2)
-METHODS = {"cpu": ("torch.ao-dynamic", "torchao-int8-dyn"), "cuda": ("torchao-fp8", "torchao-int8-dyn")}
-
 
 class Quantizer:
     """Builds models with a chosen set of Linear layers quantized, from one loaded base model."""
@@ -26,9 +23,11 @@ class Quantizer:
     def __init__(self, spec, method: str, device: str):
         from infertune.models.embedding import load_encoder
         from infertune.quantize.torch_ao import linear_names
+        from infertune.registry import search_methods
 
-        if method not in METHODS.get(device, ()):
-            raise ValueError(f"no mixed-precision quantizer {method!r} on {device}; have {METHODS.get(device)}")
+        methods = search_methods(device)  # declared by each quantizer's mixed-precision rescue (infertune.catalog)
+        if method not in methods:
+            raise ValueError(f"no mixed-precision quantizer {method!r} on {device}; have {methods or None}")
         self.method, self.device = method, device
         self.high = "bf16" if device == "cuda" else "fp32"  # what the candidate loads before quantizing
         self.reference = load_encoder(spec, "fp32", device=device)

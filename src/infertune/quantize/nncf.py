@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def available(device: str) -> str | None:
+def available(device: str, method: str = "nncf-ptq") -> str | None:
     import importlib.util
 
     if importlib.util.find_spec("nncf") is None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 
-def available(device: str) -> str | None:
+def available(device: str, method: str = "ort-dynamic") -> str | None:
     import importlib.util
 
     if importlib.util.find_spec("onnxruntime") is None:

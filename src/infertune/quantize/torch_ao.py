@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Iterable
 
 
-def available(device: str) -> str | None:
+def available(device: str, method: str = "torch.ao-dynamic") -> str | None:
     if device != "cpu":
         return "torch.ao dynamic int8 kernels are CPU-only"
     return None

@@ -10,8 +10,9 @@ from infertune.tuning.task import Task
 
 def pick(task: Task, eligible: list[CandidateResult], tie_margin: float):
     """(winner, fastest). Candidates within `tie_margin` of the fastest eligible one are tied (a gap that
-    size is inside run-to-run noise); among them the simplest engine wins, then the lowest SLO figure
-    (at equal throughput smaller batches answer sooner), then the higher speed."""
+    size is inside run-to-run noise); among them the simplest wins (`task.rank`: for the embedding engines the
+    ranks the registry declares, infertune.catalog), then the lowest SLO figure (at equal throughput smaller
+    batches answer sooner), then the higher speed."""
     fastest = max(eligible, key=task.speed)
     close = [r for r in eligible if task.speed(r) >= (1 - tie_margin) * task.speed(fastest)]
     return min(close, key=lambda r: (task.rank(r), task.slo(r)[0] or 0.0, -task.speed(r))), fastest

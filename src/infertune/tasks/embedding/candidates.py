@@ -7,12 +7,19 @@ measured speeds relative to torch fp32 with the same length-sorted batches: on t
 (docs/cpu_engines.md, n=4 quiet interleaved rounds) OpenVINO int8 3.0x, OpenVINO bf16 2.9x, ORT dynamic
 int8 2.25x, torch bf16 1.9x, ORT static int8 1.6x, OpenVINO fp32 1.16x, ORT fp32 1.1x; on the AVX2-only
 EPYC (../shared/reference/what_runs_on_the_cpu_box.md) ORT dynamic int8 1.8x, OpenVINO fp32 1.37x, ORT
-fp32 1.22x, OpenVINO int8 slower than its fp32 (no VNNI)."""
+fp32 1.22x, OpenVINO int8 slower than its fp32 (no VNNI).
+
+What each option needs from the host is not written here: it is declared once per precision, quantizer and
+engine option in infertune.catalog and read through `registry.requirements`. Engines declared there with
+their own `offers` (a new or third-party engine) are added after the options below."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from infertune.config import Batching, Candidate
 from infertune.hardware import Capabilities
+from infertune.registry import engine, quant, requirements
 from infertune.tuning.task import Option
 
 BASELINE = Candidate(backend="st-naive", precision="fp32", batching=Batching(kind="fixed", size=32))
@@ -35,8 +42,25 @@ def reference(device: str) -> Candidate:
 
 
 def options(caps: Capabilities, quick: bool = False, extra: bool = False) -> list[Option]:
-    """Everything worth trying here. `extra` adds options kept out of the default list because they are
-    known to be slow or redundant here (tried only when named with --candidates)."""
+    """Everything worth trying here, each with the host capabilities it needs (infertune.catalog). `extra` adds
+    options kept out of the default list because they are known to be slow or redundant here (tried only when
+    named with --candidates)."""
+    dev = caps.device
+    out = _written(caps, quick, extra) + offered(dev)
+    return [replace(o, needs=requirements(o.candidate, dev)) for o in out]
+
+
+def offered(device: str) -> list[Option]:
+    """The options engines declare themselves in the catalog (none of the built-in ones do)."""
+    from infertune.catalog import ENGINES
+
+    return [Option(Candidate(backend=name, precision=f.precision, quant=f.quant, options=f.options,
+                             batching=tokens(device)), f.why, f.prior, probe_s=f.probe_s)
+            for name, e in ENGINES.items() for f in e.offers if f.device == device]
+
+
+def _written(caps: Capabilities, quick: bool, extra: bool) -> list[Option]:
+    """The built-in engines' options, with what they are good at and their priors on this host."""
     dev = caps.device
     tb = tokens(dev)
     C = Candidate
@@ -50,7 +74,7 @@ def options(caps: Capabilities, quick: bool = False, extra: bool = False) -> lis
         out += [
             Option(C(backend="torch-eager", precision="bf16", batching=tb),
                    "native bf16 matmuls on AMX tiles" if cpu.amx else "native bf16 (AVX512-BF16)",
-                   1.9 if cpu.amx else 1.3, needs=("cpu-bf16",)),
+                   1.9 if cpu.amx else 1.3),
             Option(C(backend="onnxruntime", precision="int8", quant="ort-dynamic", batching=tb),
                    f"int8 weights (per channel), activations quantized on the fly; ONNX Runtime's {int8_kernels}",
                    2.25 if cpu.vnni else 1.8),
@@ -59,13 +83,12 @@ def options(caps: Capabilities, quick: bool = False, extra: bool = False) -> lis
                    f"{int8_kernels}",
                    1.6 if cpu.vnni else 1.5),
             Option(C(backend="openvino", precision="bf16", batching=tb),
-                   "OpenVINO's fused CPU graph with native bf16 (its default on AMX)", 2.9 if cpu.amx else 1.5,
-                   needs=("cpu-bf16",)),
+                   "OpenVINO's fused CPU graph with native bf16 (its default on AMX)", 2.9 if cpu.amx else 1.5),
             Option(C(backend="openvino", precision="fp32", batching=tb),
                    "OpenVINO's fused CPU graph (LATENCY hint): the fastest lossless engine measured on AVX2", 1.37),
             Option(C(backend="openvino", precision="int8", quant="nncf-ptq", batching=tb),
                    "OpenVINO int8 from NNCF post-training quantization on the calibration split",
-                   3.0 if cpu.amx else 2.0, needs=("cpu-vnni",)),
+                   3.0 if cpu.amx else 2.0),
             Option(C(backend="onnxruntime", precision="fp32", batching=tb), "ONNX Runtime's fused fp32 graph", 1.2),
             Option(C(backend="torch-eager", precision="int8", quant="torch.ao-dynamic", batching=tb),
                    f"torch.ao dynamic int8 Linear layers ({int8_kernels}); usually over MiniLM's accuracy budget",
@@ -74,7 +97,7 @@ def options(caps: Capabilities, quick: bool = False, extra: bool = False) -> lis
         if not quick:
             out.append(Option(C(backend="torch-compile", precision="bf16", batching=tb),
                               "inductor-fused bf16 kernels (a compile per padded shape, ~1 min on 2 cores)",
-                              2.0 if cpu.amx else 1.3, needs=("cpu-bf16",), probe_s=90.0))
+                              2.0 if cpu.amx else 1.3, probe_s=90.0))
         if extra:  # eager torchao int8 ran at 0.05x on the AVX2 box and trailed fp32 on AMX
             out.append(Option(C(backend="torch-eager", precision="int8", quant="torchao-int8-dyn", batching=tb),
                               "torchao int8 dynamic quantization, eager (fast only compiled on GPU)", 0.2))
@@ -85,10 +108,8 @@ def options(caps: Capabilities, quick: bool = False, extra: bool = False) -> lis
             # GPU (so this option is dropped for decoders). H200, MiniLM shape, forward-only ceiling in one run:
             # 88,598 items/s packed against 56,145 padded (session 11)
             Option(C(backend="torch-eager", precision="fp16", options=(("batches", "packed"),), batching=tb),
-                   "fp16 with padding-free batches: texts laid end to end, FlashAttention varlen", 4.2,
-                   needs=("gpu-bf16",)),
-            Option(C(backend="torch-eager", precision="bf16", batching=tb), "bf16 tensor cores", 3.9,
-                   needs=("gpu-bf16",)),
+                   "fp16 with padding-free batches: texts laid end to end, FlashAttention varlen", 4.2),
+            Option(C(backend="torch-eager", precision="bf16", batching=tb), "bf16 tensor cores", 3.9),
             # after the eager half-precision options: on the H200 it tied eager bf16 for MiniLM (session 6),
             # and a 0.6B decoder's compile outlasted its 86 s probe call, leaving no time for eager fp16
             Option(C(backend="torch-compile", precision="fp16", batching=tb),
@@ -102,42 +123,34 @@ def options(caps: Capabilities, quick: bool = False, extra: bool = False) -> lis
                 Option(C(backend="torch-compile", precision="int8", quant="torchao-int8-dyn", batching=tb),
                        "torchao int8 dynamic quantization, compiled", 3.0, probe_s=90.0),
                 Option(C(backend="torch-compile", precision="fp8", quant="torchao-fp8", batching=tb),
-                       "torchao fp8 (Hopper/Ada tensor cores), compiled", 3.5, needs=("gpu-fp8",), probe_s=90.0),
+                       "torchao fp8 (Hopper/Ada tensor cores), compiled", 3.5, probe_s=90.0),
             ]
         if extra:  # the compile of a 0.6B decoder with torchao outlasted its 204 s probe on the H200
             out += [
                 Option(C(backend="torch-eager", precision="fp8", quant="torchao-fp8", batching=tb),
                        "torchao fp8, eager (no compile: each Linear's activation is quantized by its own kernel)",
-                       1.5, needs=("gpu-fp8",)),
+                       1.5),
                 Option(C(backend="torch-eager", precision="int8", quant="torchao-int8-dyn", batching=tb),
-                       "torchao int8 dynamic quantization, eager (no compile)", 1.0, needs=("gpu-bf16",)),
+                       "torchao int8 dynamic quantization, eager (no compile)", 1.0),
             ]
     return out
-
-
-# the quantizers whose over-budget candidates the per-layer search can rescue, per device (quantize/mixed.py);
-# torchao on a CPU is only tried when named (--candidates), which is how the GPU path is exercised off a GPU
-MIXED_SOURCES = {"cpu": ("ort-dynamic", "torchao-int8-dyn"), "cuda": ("torchao-fp8", "torchao-int8-dyn")}
 
 
 def mixed_options(device: str, keep_high: tuple[str, ...], method: str = "ort-dynamic",
                   backend: str | None = None) -> list[Option]:
     """The mixed candidate once the sensitivity search chose the layers to keep high (none: nothing to add).
-    `backend`: the engine of the candidate it rescues (torchao: eager or compiled, as that one ran)."""
+    `backend`: the engine of the candidate it rescues, when it applies `method` (torchao: eager or compiled, as
+    that one ran); else the engine the catalog declares for the rescue."""
     if not keep_high:
         return []
-    if method == "ort-dynamic":
-        c = Candidate(backend="onnxruntime", precision="mixed", quant="ort-dynamic", keep_high=keep_high,
-                      batching=tokens(device))
-        return [Option(c, f"ORT dynamic int8 with the {len(keep_high)} most int8-sensitive Linear layers kept in "
-                          "fp32 (per-layer sensitivity on the calibration split)", 2.0)]
-    kind = "fp8" if "fp8" in method else "int8"
-    gpu = device == "cuda"  # compiled there, as the torchao options are; eager on a CPU, as its option is
-    backend = backend or ("torch-compile" if gpu else "torch-eager")
-    c = Candidate(backend=backend, precision="mixed", quant=method,
-                  keep_high=keep_high, batching=tokens(device))
-    return [Option(c, f"torchao {kind} with the {len(keep_high)} most {kind}-sensitive Linear layers kept in "
-                      f"{'bf16' if gpu else 'fp32'} (per-layer sensitivity on the calibration split)"
-                      + (", compiled" if backend == "torch-compile" else ""), 3.0 if gpu else 0.2,
-                   needs=(("gpu-fp8",) if kind == "fp8" else ("gpu-bf16",)) if gpu else (),
-                   probe_s=90.0 if backend == "torch-compile" else None)]
+    q = quant(method)
+    rescue = q.rescue.get(device) if q else None
+    if rescue is None:
+        raise ValueError(f"the catalog declares no mixed-precision rescue of {method!r} on {device}")
+    backend = backend if backend in q.engines else rescue.engine
+    c = Candidate(backend=backend, precision="mixed", quant=method, keep_high=keep_high, batching=tokens(device))
+    compiled = engine(backend).first_run.get(device) == "compile"
+    why = (f"{q.label} with the {len(keep_high)} most {q.kind}-sensitive Linear layers kept in "
+           f"{'bf16' if device == 'cuda' else 'fp32'} (per-layer sensitivity on the calibration split)"
+           + (", compiled" if compiled else ""))
+    return [Option(c, why, rescue.prior, needs=requirements(c, device), probe_s=90.0 if compiled else None)]

@@ -5,11 +5,11 @@ fp8 or int8 rescued with torchao's own per-layer figures, layers kept in bf16.""
 
 from __future__ import annotations
 
+from infertune.registry import quant, rescued
 from infertune.results import LayerSensitivity
 from infertune.tasks.embedding import candidates
 from infertune.tuning.task import Option
 
-SEARCH_METHOD = {"ort-dynamic": "torch.ao-dynamic"}  # the torch quantizer whose rounding stands in for ORT's
 MIN_LEFT_S = 25.0  # the per-layer pass of MiniLM took ~10 s of them on 2 cores
 
 
@@ -23,7 +23,7 @@ def source(task, run) -> tuple[str | None, str | None, str | None]:
     named = bool(cfg.candidates) and any("mixed" in f for f in cfg.candidates)
     if cfg.candidates and not named:
         return None, None, None
-    quants = candidates.MIXED_SOURCES.get(cfg.device, ())
+    quants = rescued(cfg.device)
     tried = [r for r in run.results.values() if r.candidate.get("quant") in quants and r.probe
              and r.candidate.get("precision") != "mixed"]
     over = [r for r in tried if r.meets_accuracy is False]
@@ -42,9 +42,9 @@ def mixed_options(task, run) -> list[Option]:
     from infertune.worker import WorkerFailed, run_isolated
 
     cfg = task.cfg
-    quant, why, backend = source(task, run)
-    label = f"mixed/{quant or 'any'}"
-    if quant is None:
+    qname, why, backend = source(task, run)
+    label = f"mixed/{qname or 'any'}"
+    if qname is None:
         if why:
             run.log["not_tried"].append({"candidate": label, "why": why})
         return []
@@ -53,7 +53,7 @@ def mixed_options(task, run) -> list[Option]:
         run.log["not_tried"].append({"candidate": label,
                                      "why": f"time budget: {max(left, 0):.0f} s left for the sensitivity search"})
         return []
-    method = SEARCH_METHOD.get(quant, quant)
+    method = quant(qname).rescue[cfg.device].search  # ORT's rounding is measured with torch.ao's
     task.console.print(f"  mixed precision: per-layer {method} sensitivity on the calibration split ...")
     try:
         found = run_isolated("infertune.quantize.mixed:search", {
@@ -79,4 +79,4 @@ def mixed_options(task, run) -> list[Option]:
         run.log["not_tried"].append({"candidate": label, "why": f"every Linear layer stays high ({why}): "
                                      "no mixed candidate to measure"})
         return []
-    return candidates.mixed_options(cfg.device, keep, quant, backend)
+    return candidates.mixed_options(cfg.device, keep, qname, backend)

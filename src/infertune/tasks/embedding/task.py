@@ -8,12 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from infertune.config import Batching, Candidate, TuneConfig
+from infertune.registry import engine
 from infertune.results import Accuracy, CandidateResult, TuneResult, WorkloadSummary
 from infertune.tasks.embedding import batch_search, candidates
 from infertune.tuning.task import Option, Probe, Task
-
-# how much machinery a candidate brings into production: at equal speed, fewer moving parts win
-ENGINE_RANK = {"torch-eager": 0, "onnxruntime": 1, "openvino": 1, "torch-compile": 2}
 
 
 class EmbeddingTask(Task):
@@ -130,15 +128,15 @@ class EmbeddingTask(Task):
         return got["passes"][0]
 
     def _warm_cap(self, cand, cap: float) -> float | None:
-        """Warm-up passes are cut short, except where the first run of each shape compiles or is captured (a
-        compile left for the timed pass would be timed): torch.compile, and PyTorch eager on a GPU (CUDA graphs,
-        captured and checked at a shape's first sight)."""
-        graphs = self.cfg.device == "cuda" and cand.backend == "torch-eager"
-        if graphs and cand.engine_id == candidates.reference(self.cfg.device).engine_id:
+        """Warm-up passes are cut short, except where the engine declares that the first run of each shape
+        compiles or is captured (a compile left for the timed pass would be timed; infertune.catalog):
+        torch.compile, and PyTorch eager on a GPU (CUDA graphs, captured and checked at a shape's first sight)."""
+        first_run = self.cfg.device in engine(cand.backend).first_run
+        if first_run and cand.engine_id == candidates.reference(self.cfg.device).engine_id:
             # the fp32 reference cannot win on a GPU: its warm-up is capped, and the timed pass runs exactly the
             # batches it warmed (match_warmup), so no capture lands in it
             return 2 * cap
-        return None if cand.backend == "torch-compile" or graphs else cap
+        return None if first_run else cap
 
     def probe(self, worker, cand, cap_s: float) -> Probe:
         import numpy as np
@@ -273,12 +271,6 @@ class EmbeddingTask(Task):
         m = r.measurement
         fig = m.slo_p99_ms if m is not None and m.slo_p99_ms is not None else r.latency_ms.p99
         return fig, self.cfg.slo.p99_ms
-
-    def rank(self, r: CandidateResult) -> int:
-        """Inside the tie margin an unquantized candidate beats any quantized one (no calibration to redo,
-        answers kept: AMX box, openvino/bf16 cosine 0.99999 at 311 items/s vs its int8 PTQ 0.99754 at 323),
-        then the engine with fewer moving parts."""
-        return (10 if r.candidate.get("quant") else 0) + ENGINE_RANK.get(str(r.candidate.get("backend", "")), 1)
 
     def simpler_because(self, win: CandidateResult, other: CandidateResult) -> str:
         if other.candidate.get("quant") and not win.candidate.get("quant"):
