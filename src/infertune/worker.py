@@ -179,10 +179,10 @@ _FELL_BACK: str | None = None
 
 def context():
     """The multiprocessing context every worker starts from (forkserver with PRELOAD where the platform
-    has it, else spawn). INFERTUNE_WORKER_START=spawn forces spawn."""
+    has it, else spawn)."""
     global _CTX
     if _CTX is None:
-        method = os.environ.get("INFERTUNE_WORKER_START", "forkserver")
+        method = "forkserver"
         if method not in mp.get_all_start_methods():
             method = "spawn"
         _CTX = mp.get_context(method)

@@ -53,12 +53,10 @@ def _on_gpu(emb: Any) -> bool:
 def chunk_size(emb: Any, sample: Sequence[str], n: int, batching: Batching) -> int:
     """Texts per chunk: about one full batch of the candidate's budget (90% of it, from the sample's mean length,
     at most MAX_CHUNK texts), as the engine forms batches under load; at least an eighth of the texts (and
-    MIN_CHUNK). INFERTUNE_TUNE_CHUNK=eighth keeps the older rule (an eighth only) for a side-by-side check.
-    Why: session 12 on the H200, chunks of an eighth of 700 eval texts (88 texts, ~6k tokens) ran 2.2M tokens/s
-    with the worker waiting on the device 72% of the time, where the forward-only ceiling of batches of 500
-    texts ran 8.3M: each batch has a fixed cost on the device that small batches do not amortise."""
+    MIN_CHUNK). Why: each batch has a fixed cost on the device that small batches do not amortise; chunks of an
+    eighth of the texts left a GPU waiting on the worker (docs/measurement.md, "On a GPU")."""
     eighth = max(MIN_CHUNK, -(-n // MIN_CHUNKS))
-    if os.environ.get("INFERTUNE_TUNE_CHUNK") == "eighth" or not sample:
+    if not sample:
         return eighth
     if batching.kind == "fixed":
         full = batching.size
