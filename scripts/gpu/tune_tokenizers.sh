@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the lent H200: tune's GPU pass with its tokenization on threads of the worker vs in N processes, side by side in
-# one run (INFERTUNE_TUNE_TOKENIZERS, default list "1 12 6"; 1 = threads; "12/eighth" also sets INFERTUNE_TUNE_CHUNK), the packed fp16 candidate only (plus the
+# one run (INFERTUNE_TUNE_TOKENIZERS, default list "1 12 6"; 1 = threads), the packed fp16 candidate only (plus the
 # reference and the naive baseline tune always runs); py-spy samples every process of the second tune for 12 s.
 # Carry [".whl", ".gpu"] (scripts/gpu/carry.sh). The table is printed last.
 set -uo pipefail
@@ -10,9 +10,9 @@ OUT=${OUT:-/tmp/out}; R=/tmp/res; mkdir -p "$OUT" $R
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc
 [ -d /tmp/minilm ] || python3 scripts/gpu/restore_minilm.py /tmp/minilm > /dev/null || exit 1
 i=0
-for V in ${LIST:-1 12 6}; do  # N or N/eighth (INFERTUNE_TUNE_CHUNK=eighth: chunks of an eighth of the texts)
-  i=$((i + 1)); N=${V%%/*}; C=""; [ "$V" != "$N" ] && C=${V##*/}; N=$N$C
-  INFERTUNE_TUNE_CHUNK=$C INFERTUNE_TUNE_TOKENIZERS=${V%%/*} python3 -m infertune.cli.main tune /tmp/minilm --device cuda --quick --candidates packed \
+for N in ${LIST:-1 12 6}; do
+  i=$((i + 1))
+  INFERTUNE_TUNE_TOKENIZERS=$N python3 -m infertune.cli.main tune /tmp/minilm --device cuda --quick --candidates packed \
     --time-budget ${BUDGET:-70} --out /tmp/t$N --json > $R/tune_$N.json 2> $R/tune_$N.log &
   T=$!
   if [ $i -eq ${SPY:-2} ]; then sleep 35; py-spy record --pid $T --subprocesses -d 12 -r 200 --nonblocking --format raw -o $R/spy_$N.txt > /dev/null 2>&1; fi
@@ -43,7 +43,7 @@ for path in glob.glob(f"{R}/spy_*.txt"):
         frames = [f.split(" (")[0] for f in stack.split(";") if f]
         total += int(n); by_thread[frames[-1] if frames else "?"] += int(n)
     print(path, "worker main-thread samples", total, "self:", "; ".join(f"{f} {c / max(total, 1):.0%}" for f, c in by_thread.most_common(12)))
-print("\n| tokenizers[/chunks] | candidate | status | items/s best | median | range | n |\n|---|---|---|---:|---:|---|---:|")
+print("\n| tokenizers | candidate | status | items/s best | median | range | n |\n|---|---|---|---:|---:|---|---:|")
 for path in sorted(glob.glob(f"{R}/tune_*.json")) + glob.glob(f"{R}/full.json"):
     n = "full" if path.endswith("full.json") else path.rsplit("_", 1)[1][:-5]
     try:

@@ -10,8 +10,8 @@ GPU 42%. Three ways to get the ids, fastest first:
   holds the GIL while it works (two threads take three times as long as one), so callers that use threads for
   parallelism ask `holds_gil`.
 - **the Rust tokenizer under transformers**, set up once (truncation to the model's limit, no padding) and called
-  with `encode_batch_fast` (no offsets): it releases the GIL. Build box, session 11: 108.7 -> 87.0 us per text
-  against the transformers call.
+  with `encode_batch_fast` (no offsets): it releases the GIL, and skips the transformers call's
+  per-call overhead (docs/architecture.md, tokenizers).
 - **transformers' call** itself (the definition: `reference_ids`), for a slow (Python) tokenizer or when neither of
   the above gives the same ids.
 

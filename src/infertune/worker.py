@@ -142,8 +142,8 @@ def _main(conn, job: dict[str, Any]) -> None:
     _stdout_to_stderr()
     # The parent starts workers as daemons (it kills them itself; they must not keep it alive), but a worker may
     # start processes of its own (tune's tokenizer processes on a GPU host, backends/tokenize_pool.py), which
-    # multiprocessing refuses to a daemon: session 12's first H200 tune failed its reference on "daemonic processes
-    # are not allowed to have children". The worker stops its children when it ends; they also watch for it dying.
+    # multiprocessing refuses to a daemon ("daemonic processes are not allowed to have children" fails the tune).
+    # The worker stops its children when it ends; they also watch for it dying.
     mp.current_process().daemon = False
     try:
         if job.get("kind") == "call":
@@ -179,10 +179,10 @@ _FELL_BACK: str | None = None
 
 def context():
     """The multiprocessing context every worker starts from (forkserver with PRELOAD where the platform
-    has it, else spawn). INFERTUNE_WORKER_START=spawn forces spawn."""
+    has it, else spawn)."""
     global _CTX
     if _CTX is None:
-        method = os.environ.get("INFERTUNE_WORKER_START", "forkserver")
+        method = "forkserver"
         if method not in mp.get_all_start_methods():
             method = "spawn"
         _CTX = mp.get_context(method)

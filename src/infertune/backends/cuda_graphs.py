@@ -3,9 +3,9 @@ once and then replayed, so a forward pass costs one graph launch instead of a Py
 
 Why: in eager mode every forward is ~1,000 kernel launches for a 28-layer decoder (Qwen3-0.6B shape) and ~150 for
 MiniLM, each a Python call. On the H200 the GPU finishes a 30-item batch of Qwen3-Embedding in about the time the
-host needs to launch it, so the served rate was a third of the forward-only ceiling (session 9: 469 items/s at
-concurrency 64 against 1,698). Measured here on a 2-core CPU, the same 28-layer forward with tiny matrices (so
-nothing but dispatch) costs 24 ms per call.
+host needs to launch it, so the served rate was a third of the forward-only ceiling (469 items/s at concurrency 64
+against 1,698: docs/measurements/h200-2026-11-30-s9). On a 2-core CPU, the same 28-layer forward with tiny
+matrices (so nothing but dispatch) costs 24 ms per call.
 
 How (all standard PyTorch, torch.cuda.CUDAGraph):
 - shapes: rows and widths rounded up to coarse buckets (`graph_rows`, `bucket_width`: <= 25% filler, ~13 widths
@@ -39,7 +39,7 @@ from infertune.verify import row_cosines
 
 log = logging.getLogger("infertune.serve")
 # a captured shape must give the eager forward's vectors. Same math, but not always the same kernels (cuBLAS may
-# pick another algorithm inside a capture), so the bound follows the weights' precision: session 10 on the H200, a
+# pick another algorithm inside a capture), so the bound follows the weights' precision: on the H200 a
 # bf16 Qwen3-Embedding shape (random weights) gave 0.999898 for one shape, which is bf16's own rounding (the same
 # model against its fp32 reference: min 0.99984). A real fault (a wrong mask or pooled position) is far below.
 MIN_COSINE = 0.9999
@@ -55,7 +55,7 @@ def min_cosine(model: Any) -> float:
 
 
 # graph buckets are coarser than the engine's rounding: every shape costs a capture, and a server sees many
-# (session 9, H200: 83 first sights in a 20 s benchmark at c=64 cost more than the graphs saved). <= 1/3 filler
+# (83 first sights in a 20 s benchmark at c=64 cost more than the graphs saved). <= 1/3 filler
 GRAPH_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 320, 384, 512, 640,
               768, 1024, 1280, 1536, 2048)
 

@@ -1,8 +1,9 @@
 """A timed pass that overlaps tokenization, the host's batch work and the device, as `serve` does on a GPU.
 
 Why: `tune --device cuda` used to tokenize the whole pass, then run its batches one after the other, each
-waiting for the device before the next was built. Its figure measured the host, not the GPU: session 10 on the
-H200, MiniLM's tune winner ran 20,106 items/s while the forward-only ceiling of the same artifact was 55,672.
+waiting for the device before the next was built. Its figure measured the host, not the GPU: on the
+H200, MiniLM's tune winner ran 20,106 items/s while the forward-only ceiling of the same artifact was 55,672
+(docs/measurements/h200-2026-12-01-s10).
 `serve` tokenizes in frontend processes while the engine runs, and launches a batch before it answers the last.
 
 How: tokenizer processes, as many as `serve` starts frontends for one GPU (backends/tokenize_pool.py; on a small
@@ -34,14 +35,13 @@ MIN_CHUNKS = 8  # a pass runs at least this many chunks (going round the texts a
 MIN_CHUNK = 64  # texts
 MAX_CHUNK = 512  # texts: a pass runs >= 2 chunks per tokenizer, so bigger chunks make long passes
 # chunks tokenized at once, each on its own thread (the Rust tokenizer releases the GIL): as `serve` tokenizes in
-# several frontend processes. Run 4 of session 11 (one thread, Rust's own parallelism inside): 34,240 items/s
+# several frontend processes; one thread (Rust's own parallelism inside) left the GPU waiting (docs/measurement.md)
 TOKENIZERS = max(1, min(4, (os.cpu_count() or 1) // 4))
 
 
 def start_tokenizers(emb: Any) -> None:
     """Start the embedder's tokenizer processes now (a GPU engine that overlaps), not inside its first timed pass:
-    12 spawned processes take seconds, and session 12's first run counted them in the packed candidate's probe
-    (1,105 items/s, rejected)."""
+    12 spawned processes take seconds, which would count in the first candidate's probe and reject it."""
     if getattr(emb, "async_launch", False) and _on_gpu(emb):
         pool_for(emb, tokenizer_processes())
 
@@ -53,12 +53,10 @@ def _on_gpu(emb: Any) -> bool:
 def chunk_size(emb: Any, sample: Sequence[str], n: int, batching: Batching) -> int:
     """Texts per chunk: about one full batch of the candidate's budget (90% of it, from the sample's mean length,
     at most MAX_CHUNK texts), as the engine forms batches under load; at least an eighth of the texts (and
-    MIN_CHUNK). INFERTUNE_TUNE_CHUNK=eighth keeps the older rule (an eighth only) for a side-by-side check.
-    Why: session 12 on the H200, chunks of an eighth of 700 eval texts (88 texts, ~6k tokens) ran 2.2M tokens/s
-    with the worker waiting on the device 72% of the time, where the forward-only ceiling of batches of 500
-    texts ran 8.3M: each batch has a fixed cost on the device that small batches do not amortise."""
+    MIN_CHUNK). Why: each batch has a fixed cost on the device that small batches do not amortise; chunks of an
+    eighth of the texts left a GPU waiting on the worker (docs/measurement.md, "On a GPU")."""
     eighth = max(MIN_CHUNK, -(-n // MIN_CHUNKS))
-    if os.environ.get("INFERTUNE_TUNE_CHUNK") == "eighth" or not sample:
+    if not sample:
         return eighth
     if batching.kind == "fixed":
         full = batching.size

@@ -3,7 +3,7 @@ row, attention kept inside each text by cumulative lengths (`cu_seqlens`), as TE
 
 Why: a served window of mixed lengths (up to 512 tokens) padded to its longest row wastes compute; on the H200 a
 Qwen3-Embedding shape at concurrency 64 ran 1.74 padded tokens per real one even with batches split by length
-(session 9), and splitting made batches small. Packed, a batch costs its real tokens.
+(docs/measurements/h200-2026-11-30-s9), and splitting made batches small. Packed, a batch costs its real tokens.
 
 How, with parts PyTorch and transformers already have:
 - attention: PyTorch's FlashAttention varlen kernel (`torch.ops.aten._flash_attention_forward` with cumulative
@@ -114,8 +114,8 @@ def why_not(emb: Any, encoders: bool = False) -> str | None:
 class Packed:
     """One batch laid out packed (numpy): `slots` sequences of which the first `n` are the texts, then one that
     holds the filler tokens up to `tokens`, then empty ones (FlashAttention skips them). The filler's positions
-    wrap at `max_len`: a model with a position table (BERT: 512 rows) has no row past it (session 11, H200: MiniLM
-    packed serve hit "index out of bounds" on a 4,096-token filler; decoders' rotary positions had hidden it)."""
+    wrap at `max_len`: a model with a position table (BERT: 512 rows) has no row past it, and a 4,096-token filler
+    indexes out of bounds (decoders' rotary positions hide it)."""
 
     __slots__ = ("ids", "pos", "cu", "first", "last", "seg", "lens", "n")
 

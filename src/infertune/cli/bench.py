@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from infertune.cli.options import Duration
+from infertune.bench.config import BenchConfig
+from infertune.cli.options import Duration, config_defaults
+
+# flags whose default BenchConfig holds -> that field (tests/unit/cli/test_cli_defaults.py holds them equal)
+CONFIG_FIELDS = {name: (BenchConfig, name) for name in (
+    "api", "inputs_per_request", "arrivals", "sweep", "slo_over", "slo_keepup", "slo_recheck", "slo_step",
+    "slo_confirm", "duration", "warmup", "workers", "http_client", "timeout", "max_lag_ms", "max_error_rate", "seed",
+    "save_requests")}
+D = config_defaults(CONFIG_FIELDS)
 
 
 def register(app: typer.Typer) -> None:
@@ -27,60 +35,61 @@ def _nums(text: str | None, kind: type, flag: str) -> list:
 
 def bench_cmd(
     url: Annotated[str, typer.Argument(help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000")],
-    api: Annotated[str, typer.Option(help="embeddings | completions | chat")] = "embeddings",
+    api: Annotated[str, typer.Option(help="embeddings | completions | chat")] = D["api"],
     model: Annotated[str | None, typer.Option(help="model name in requests (default: first of GET /v1/models)")] = None,
     workload: Annotated[Path | None, typer.Option(
         help="JSONL: {\"input\": ...} or {\"prompt\"|\"messages\", \"max_tokens\"}")] = None,
     synthetic: Annotated[str | None, typer.Option(help="e.g. 'prompt=lognormal(200,0.6),output=128'")] = None,
     inputs_per_request: Annotated[int, typer.Option(
         help="embeddings: pack this many workload inputs into each "
-             "request (a batch-indexing client; OpenAI allows 2048)")] = 1,
+             "request (a batch-indexing client; OpenAI allows 2048)")] = D["inputs_per_request"],
     concurrency: Annotated[str | None, typer.Option(help="closed loop: streams in flight, e.g. 1,4,16")] = None,
     rate: Annotated[str | None, typer.Option(help="open loop: requests/s, e.g. 10,50,100")] = None,
-    arrivals: Annotated[str, typer.Option(help="constant or poisson (seeded)")] = "constant",
-    sweep: Annotated[bool, typer.Option(help="one-at-a-time, saturation, then rates in between")] = False,
+    arrivals: Annotated[str, typer.Option(help="constant or poisson (seeded)")] = D["arrivals"],
+    sweep: Annotated[bool, typer.Option(help="one-at-a-time, saturation, then rates in between")] = D["sweep"],
     slo: Annotated[str | None, typer.Option(
         help="search the highest load meeting e.g. 'p99_e2e_ms<=200': per-request latency, "
              "end to end from its scheduled send time (queueing included)")] = None,
-    slo_over: Annotated[str, typer.Option(help="what the SLO search varies: rate or concurrency")] = "rate",
+    slo_over: Annotated[str, typer.Option(help="what the SLO search varies: rate or concurrency")] = D["slo_over"],
     slo_keepup: Annotated[float, typer.Option(
         help="rate search: a point also fails when completions in its window "
-             "fall below this share of sends (a queue grew); 0 = off")] = 0.95,
+             "fall below this share of sends (a queue grew); 0 = off")] = D["slo_keepup"],
     slo_recheck: Annotated[bool, typer.Option(
         "--slo-recheck/--no-slo-recheck",
         help="search: measure a marginal failure (kept up with 88%+ of sends, "
-             "latency within 2x the limit) once more before believing it")] = True,
+             "latency within 2x the limit) once more before believing it")] = D["slo_recheck"],
     slo_start: Annotated[float | None, typer.Option(
         help="search: the first load to measure (default: the one-at-a-time rate, measured first)")] = None,
     slo_step: Annotated[float, typer.Option(
         help="search: bracketing factor; a small one (1.1) saves points when --slo-start is near "
-             "the answer (below 2 it grows toward 2 while the boundary is not bracketed)")] = 2.0,
+             "the answer (below 2 it grows toward 2 while the boundary is not bracketed)")] = D["slo_step"],
     slo_confirm: Annotated[float, Duration(
         "search: re-measure its answer with points this long (a queue settles; short "
         "points end before it does) and back off 10% a step until one meets the SLO: "
-        "the sustainable load, printed beside the short points' answer; 0 = off")] = 0.0,
-    duration: Annotated[float, Duration("measured time per point")] = 10.0,
-    warmup: Annotated[float, Duration("time per point sent but not counted")] = 2.0,
+        "the sustainable load, printed beside the short points' answer; 0 = off")] = D["slo_confirm"],
+    duration: Annotated[float, Duration("measured time per point")] = D["duration"],
+    warmup: Annotated[float, Duration("time per point sent but not counted")] = D["warmup"],
     max_requests: Annotated[int | None, typer.Option(help="cap on measured requests per point")] = None,
     stream: Annotated[bool | None, typer.Option(
         "--stream/--no-stream", help="stream completions/chat (default on)")] = None,
-    workers: Annotated[str, typer.Option(help="load processes: a number or auto")] = "auto",
+    workers: Annotated[str, typer.Option(help="load processes: a number or auto")] = D["workers"],
     http_client: Annotated[str, typer.Option(
         help="auto (lean httptools client for non-streamed requests, ~3x less client CPU; aiohttp for "
-             "streams), lean, or aiohttp")] = "auto",
-    timeout: Annotated[float, Duration("per-request timeout")] = 60.0,
+             "streams), lean, or aiohttp")] = D["http_client"],
+    timeout: Annotated[float, Duration("per-request timeout")] = D["timeout"],
     wait_ready: Annotated[float | None, Duration(
         "before the first point, wait up to this long while the server refuses connections or answers 503 "
         "(loading), with a progress line; default 120 s for 503, 5 s for refused connections; 0 = no wait")] = None,
-    max_lag_ms: Annotated[float, typer.Option(help="p99 schedule lag that marks a point invalid (ms)")] = 10.0,
+    max_lag_ms: Annotated[float, typer.Option(
+        help="p99 schedule lag that marks a point invalid (ms)")] = D["max_lag_ms"],
     max_error_rate: Annotated[float, typer.Option(
         help="share of failed requests above which a point is error-laden: "
-             "not valid, never quoted as throughput, fails any SLO")] = 0.01,
+             "not valid, never quoted as throughput, fails any SLO")] = D["max_error_rate"],
     metrics_url: Annotated[str | None, typer.Option(
         help="Prometheus URL to scrape (default URL/metrics; '' = off)")] = None,
-    seed: Annotated[int, typer.Option(help="seed for arrivals and synthetic prompts")] = 0,
+    seed: Annotated[int, typer.Option(help="seed for arrivals and synthetic prompts")] = D["seed"],
     out: Annotated[Path | None, typer.Option(help="write bench.json, bench.html, bench.csv here")] = None,
-    save_requests: Annotated[bool, typer.Option(help="keep per-request records in bench.json")] = False,
+    save_requests: Annotated[bool, typer.Option(help="keep per-request records in bench.json")] = D["save_requests"],
     as_json: Annotated[bool, typer.Option("--json", help="print bench.json to stdout; humans read stderr")] = False,
     compare: Annotated[list[str] | None, typer.Option(
         help="embeddings: also measure this server (repeatable, NAME=URL or URL) side by "

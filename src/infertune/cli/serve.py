@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from infertune.cli.options import Duration
+from infertune.cli.options import Duration, config_defaults
+from infertune.serve.config import ServeConfig
+
+# flags whose default ServeConfig holds -> that field (tests/unit/cli/test_cli_defaults.py holds them equal)
+CONFIG_FIELDS = {name: (ServeConfig, name) for name in (
+    "model", "host", "port", "max_queue", "max_items_per_request", "request_timeout_s", "truncate",
+    "graceful_timeout_s", "drain_s", "strict_host", "log_level", "worker_process", "worker_timeout_s")}
+CONFIG_FIELDS["max_body_mb"] = (ServeConfig, "max_body_bytes", lambda b: b / (1024 * 1024))
+D = config_defaults(CONFIG_FIELDS)
 
 HELP = """Serve an embedding model over an OpenAI-compatible HTTP API, with dynamic batching.
 
@@ -51,9 +59,9 @@ def register(app: typer.Typer) -> None:
 
 
 def serve_cmd(
-    model: Annotated[str, typer.Argument(help="tune artifact dir, encoder dir, or alias (minilm)")] = "minilm",
-    host: Annotated[str, typer.Option(help="interface to bind; loopback unless you mean to expose it")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port (0 = any free port, printed at start)")] = 8000,
+    model: Annotated[str, typer.Argument(help="tune artifact dir, encoder dir, or alias (minilm)")] = D["model"],
+    host: Annotated[str, typer.Option(help="interface to bind; loopback unless you mean to expose it")] = D["host"],
+    port: Annotated[int, typer.Option(help="TCP port (0 = any free port, printed at start)")] = D["port"],
     device: Annotated[str | None, typer.Option(help="cpu or cuda (default: the artifact's device, else cpu)")] = None,
     api_key: Annotated[str | None, typer.Option(
         envvar="INFERTUNE_API_KEY",
@@ -75,17 +83,19 @@ def serve_cmd(
              "on cpu, where compute scales with padded tokens; off on cuda)")] = None,
     tokenize_workers: Annotated[int | None, typer.Option(help="tokenizer threads (default 1; 2 on 8+ cores)")] = None,
     threads: Annotated[int | None, typer.Option(help="torch threads (default: what tune measured with)")] = None,
-    max_queue: Annotated[int, typer.Option(help="requests in flight before new ones get 429")] = 512,
-    max_items_per_request: Annotated[int, typer.Option(help="items per request (OpenAI allows 2048)")] = 2048,
-    max_body_mb: Annotated[float, typer.Option(help="request body limit in MiB (413 above)")] = 16.0,
-    request_timeout_s: Annotated[float, Duration("per-request timeout (504 after)")] = 60.0,
+    max_queue: Annotated[int, typer.Option(help="requests in flight before new ones get 429")] = D["max_queue"],
+    max_items_per_request: Annotated[int, typer.Option(
+        help="items per request (OpenAI allows 2048)")] = D["max_items_per_request"],
+    max_body_mb: Annotated[float, typer.Option(help="request body limit in MiB (413 above)")] = D["max_body_mb"],
+    request_timeout_s: Annotated[float, Duration("per-request timeout (504 after)")] = D["request_timeout_s"],
     truncate: Annotated[bool, typer.Option(
         "--truncate/--reject-long",
-        help="truncate over-length input to the model's limit instead of answering 400")] = False,
-    graceful_timeout_s: Annotated[float, Duration("on SIGTERM, how long to wait for in-flight requests")] = 60.0,
+        help="truncate over-length input to the model's limit instead of answering 400")] = D["truncate"],
+    graceful_timeout_s: Annotated[float, Duration(
+        "on SIGTERM, how long to wait for in-flight requests")] = D["graceful_timeout_s"],
     drain_s: Annotated[float, Duration(
         "on SIGTERM, /ready fails at once but new connections are still accepted (and answered) for this "
-        "long before the graceful shutdown, so a load balancer can stop routing here", "--drain-s")] = 2.0,
+        "long before the graceful shutdown, so a load balancer can stop routing here", "--drain-s")] = D["drain_s"],
     frontends: Annotated[int | None, typer.Option(
         help="HTTP/tokenizer processes sharing the port (default 1 on CPU; on GPUs all cores but two per GPU and two "
              "more, <= 12 per GPU). More than one, or several --devices, runs the model in engine processes")] = None,
@@ -96,16 +106,16 @@ def serve_cmd(
         "--strict-host",
         help="refuse (exit 2) to serve an artifact tuned on a host that differs from this one in what "
              "its engine uses (CPU features, GPU compute capability or product, engine version); "
-             "without it serve prints the difference and the tune command to run here")] = False,
-    log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "warning",
+             "without it serve prints the difference and the tune command to run here")] = D["strict_host"],
+    log_level: Annotated[str, typer.Option(help="uvicorn log level")] = D["log_level"],
     worker_process: Annotated[bool, typer.Option(
         "--worker-process/--in-process",
         help="run the model in a supervised engine process that is restarted when it dies (in-flight "
              "requests get 503, /metrics counts infertune_worker_restarts_total); several frontends or GPUs "
-             "always run so")] = False,
+             "always run so")] = D["worker_process"],
     worker_timeout_s: Annotated[float, Duration(
         "with engine processes (--worker-process, --frontends N, several GPUs): an engine that holds "
-        "requests and answers nothing for this long is stalled; it is killed and restarted")] = 60.0,
+        "requests and answers nothing for this long is stalled; it is killed and restarted")] = D["worker_timeout_s"],
     ceiling: Annotated[bool, typer.Option(
         "--ceiling",
         help="do not serve: measure the forward-only ceiling (items/s with nothing but the "

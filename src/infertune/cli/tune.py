@@ -9,69 +9,73 @@ from typing import Annotated
 
 import typer
 
-from infertune.cli.options import Duration
+from infertune.cli.options import Duration, commas, config_defaults
+from infertune.config import SLO, AccuracyBudget, LMAccuracyBudget, TuneConfig
+
+# flags whose default a config model holds -> that field (tests/unit/cli/test_cli_defaults.py holds them equal)
+CONFIG_FIELDS = {
+    "model": (TuneConfig, "model"), "device": (TuneConfig, "device"), "slo_p99_ms": (SLO, "p99_ms"),
+    "min_cosine": (AccuracyBudget, "min_cosine_mean"), "min_cosine_min": (AccuracyBudget, "min_cosine_min"),
+    "min_topk_overlap": (AccuracyBudget, "min_topk_overlap"), "min_bucket_items": (AccuracyBudget, "min_bucket_items"),
+    "max_recall_drop": (AccuracyBudget, "max_recall_drop"), "max_eval_drop": (AccuracyBudget, "max_eval_drop"),
+    "quick": (TuneConfig, "quick"), "rounds": (TuneConfig, "rounds"), "confirm_rounds": (TuneConfig, "confirm_rounds"),
+    "tie_margin": (TuneConfig, "tie_margin"), "max_ppl_delta": (LMAccuracyBudget, "max_ppl_delta_rel"),
+    "min_top1": (LMAccuracyBudget, "min_top1_agreement"), "lm_engine": (TuneConfig, "lm_engine"),
+    "lm_concurrency": (TuneConfig, "lm_concurrency"), "lm_batches": (TuneConfig, "lm_batches", commas),
+    "lm_time_budget": (TuneConfig, "lm_time_budget_s"), "drop_below": (TuneConfig, "drop_below"),
+    "keep_exports": (TuneConfig, "keep_exports"),
+}
+D = config_defaults(CONFIG_FIELDS)
 
 
 def register(app: typer.Typer) -> None:
     app.command("tune")(tune_cmd)
 
 
-def _default(field: str):
-    """TuneConfig's own default, so the CLI and the library cannot drift apart."""
-    from infertune.config import TuneConfig
-
-    return TuneConfig.model_fields[field].default
-
-
-def _budget(field: str):
-    """AccuracyBudget's own default."""
-    from infertune.config import AccuracyBudget
-
-    return AccuracyBudget.model_fields[field].default
-
-
 def tune_cmd(
     model: Annotated[str, typer.Argument(
-        help="alias (minilm, smollm2), model directory, .gguf or config.json")] = "minilm",
+        help="alias (minilm, smollm2), model directory, .gguf or config.json")] = D["model"],
     workload: Annotated[Path | None, typer.Option(
         help="JSONL ({\"input\": ...} or {\"text\": ...}) or text, one item a line; default: built-in sample")] = None,
-    device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
+    device: Annotated[str, typer.Option(help="cpu or cuda")] = D["device"],
     slo_p99_ms: Annotated[float, typer.Option(
         help="P99 latency of one batch inside the server, tokenization included, queueing "
-             "not (ms); bench/validate --slo is per request, end to end")] = 100.0,
-    min_cosine: Annotated[float, typer.Option(help="accuracy budget: mean cosine vs fp32 reference")] = 0.995,
-    min_cosine_min: Annotated[float, typer.Option(help="accuracy budget: worst single item's cosine")] = 0.98,
+             "not (ms); bench/validate --slo is per request, end to end")] = D["slo_p99_ms"],
+    min_cosine: Annotated[float, typer.Option(help="accuracy budget: mean cosine vs fp32 reference")] = D["min_cosine"],
+    min_cosine_min: Annotated[float, typer.Option(
+        help="accuracy budget: worst single item's cosine")] = D["min_cosine_min"],
     min_topk_overlap: Annotated[float, typer.Option(
         help="accuracy budget: mean share of each text's 10 nearest neighbours (among "
-             "the verified texts) kept; 0 = not enforced")] = _budget("min_topk_overlap"),
+             "the verified texts) kept; 0 = not enforced")] = D["min_topk_overlap"],
     min_bucket_items: Annotated[int, typer.Option(
         help="accuracy budget: the mean cosine and top-10 are also checked in every token-length "
-             "bucket with at least this many verified texts")] = _budget("min_bucket_items"),
+             "bucket with at least this many verified texts")] = D["min_bucket_items"],
     eval_pairs: Annotated[Path | None, typer.Option(
         help="embeddings: JSONL of {\"query\", \"positive\"[, \"negatives\": [...]]}; recall@10 and MRR over a corpus "
              "of the file's documents, for the reference and each candidate")] = None,
     max_recall_drop: Annotated[float, typer.Option(
         help="--eval-pairs: recall@10 may fall this far below the "
-             "reference's (absolute)")] = _budget("max_recall_drop"),
+             "reference's (absolute)")] = D["max_recall_drop"],
     eval_fn: Annotated[str | None, typer.Option(
         "--eval",
         help="embeddings: module:function or path/to/file.py:function, called with embed(texts) -> unit vectors "
              "(numpy); returns {name: value} (higher is better) or {name: (value, 'higher'|'lower')}")] = None,
     max_eval_drop: Annotated[float, typer.Option(
         help="--eval: each metric may be this much worse than the "
-             "reference's, in its own units")] = _budget("max_eval_drop"),
-    quick: Annotated[bool, typer.Option(help="fewer candidates, items and rounds (about 2 min on 2 cores)")] = False,
+             "reference's, in its own units")] = D["max_eval_drop"],
+    quick: Annotated[bool, typer.Option(
+        help="fewer candidates, items and rounds (about 2 min on 2 cores)")] = D["quick"],
     out: Annotated[Path | None, typer.Option(help="output directory (default runs/<timestamp>)")] = None,
     candidates: Annotated[str | None, typer.Option(
         help="comma-separated substrings of candidate ids to keep, e.g. 'bf16,onnxruntime'")] = None,
     rounds: Annotated[int, typer.Option(
         help="timed passes over the eval split per candidate, interleaved (after one "
-             "warm-up pass); leaders get --confirm-rounds more")] = _default("rounds"),
+             "warm-up pass); leaders get --confirm-rounds more")] = D["rounds"],
     confirm_rounds: Annotated[int, typer.Option(
-        help="extra interleaved passes for the 3 leaders and the baseline")] = _default("confirm_rounds"),
+        help="extra interleaved passes for the 3 leaders and the baseline")] = D["confirm_rounds"],
     tie_margin: Annotated[float, typer.Option(
         help="a simpler engine (eager < onnxruntime < compile) this close "
-             "to the fastest wins (0.05 = 5%)")] = _default("tie_margin"),
+             "to the fastest wins (0.05 = 5%)")] = D["tie_margin"],
     threads: Annotated[int | None, typer.Option(help="torch/ORT threads (default: all cores)")] = None,
     max_eval_items: Annotated[int | None, typer.Option(help="cap on eval items (stratified by length)")] = None,
     pooling: Annotated[str | None, typer.Option(
@@ -88,9 +92,9 @@ def tune_cmd(
              "runner, from .venv-vllm or $INFERTUNE_VLLM_PYTHON) on the source model, each in its own process, and "
              "measure them side by side on the workload (results.json 'peers')")] = None,
     max_ppl_delta: Annotated[float, typer.Option(
-        help="causal LMs: allowed perplexity rise vs the reference (0.02 = +2%)")] = 0.02,
+        help="causal LMs: allowed perplexity rise vs the reference (0.02 = +2%)")] = D["max_ppl_delta"],
     min_top1: Annotated[float, typer.Option(
-        help="causal LMs: minimum next-token top-1 agreement with the reference")] = 0.97,
+        help="causal LMs: minimum next-token top-1 agreement with the reference")] = D["min_top1"],
     slo_ttft_ms: Annotated[float | None, typer.Option(
         help="causal LMs served by vLLM: P99 time to first token (ms); the "
              "pick is the highest request rate meeting every SLO given")] = None,
@@ -99,28 +103,29 @@ def tune_cmd(
     lm_engine: Annotated[str, typer.Option(
         help="causal LMs: vllm (checkpoints x vLLM arguments, measured as served; the winner is what `serve` runs), "
              "torch (our batch-1 decode loops: a roofline diagnosis), "
-             "auto (vllm where installed)")] = _default("lm_engine"),
+             "auto (vllm where installed)")] = D["lm_engine"],
     lm_concurrency: Annotated[int, typer.Option(
         help="causal LMs (vllm): requests in flight for closed-loop points (the "
-             "probe; the pick without an SLO)")] = _default("lm_concurrency"),
+             "probe; the pick without an SLO)")] = D["lm_concurrency"],
     lm_max_tokens: Annotated[int | None, typer.Option(
         help="causal LMs (vllm): cap on each request's output tokens (default: the workload's max_tokens)")] = None,
     vllm_args: Annotated[str | None, typer.Option(
         help="causal LMs (vllm): arguments every vLLM server gets, the reference too, e.g. '--enforce-eager' (no "
              "compile at start) or '--gpu-memory-utilization 0.8'")] = None,
     lm_batches: Annotated[str, typer.Option(
-        help="causal LMs: decode batch sizes for TPOT, comma-separated")] = "1,8,32",
-    lm_time_budget: Annotated[float, Duration("causal LMs: the default --time-budget (halved with --quick)")] = 540,
+        help="causal LMs: decode batch sizes for TPOT, comma-separated")] = D["lm_batches"],
+    lm_time_budget: Annotated[float, Duration(
+        "causal LMs: the default --time-budget (halved with --quick)")] = D["lm_time_budget"],
     time_budget: Annotated[float | None, Duration(
         "wall-clock budget of the whole run, honoured within ~10%: every stage scales to it and candidates that cannot "
         "start in time are skipped with that reason. Default: 5m (2.5m with --quick) "
         "for embeddings on CPU, 3m on GPU, --lm-time-budget for causal LMs")] = None,
     drop_below: Annotated[float, typer.Option(
         help="successive halving: drop a candidate whose short probe runs below this fraction of "
-             "the best verified probe so far (0 keeps every candidate)")] = _default("drop_below"),
+             "the best verified probe so far (0 keeps every candidate)")] = D["drop_below"],
     keep_exports: Annotated[bool, typer.Option(
         help="keep every candidate's exported files (ONNX, quantized ONNX) in "
-             "<out>/exports; by default only the winner's artifact stays")] = False,
+             "<out>/exports; by default only the winner's artifact stays")] = D["keep_exports"],
     as_json: Annotated[bool, typer.Option("--json", help="print results.json to stdout; humans read stderr")] = False,
 ) -> None:
     """Measure candidates (engine x precision x batching) chosen for this host on your workload, verify

@@ -8,7 +8,29 @@ from typing import Annotated
 
 import typer
 
-from infertune.cli.options import Duration
+from infertune.cli.options import Duration, commas, config_defaults, duration_text
+from infertune.validate.config import ValidateConfig
+
+# flags whose default ValidateConfig holds -> that field (tests/unit/cli/test_cli_defaults.py holds them equal)
+CONFIG_FIELDS = {
+    "slo": (ValidateConfig, "slo"),
+    "soak": (ValidateConfig, "soak_s", duration_text),
+    "soak_fraction": (ValidateConfig, "soak_fraction"),
+    "faults": (ValidateConfig, "faults", commas),
+    "long_tail": (ValidateConfig, "long_tail"),
+    "max_error_rate": (ValidateConfig, "max_error_rate"),
+    "max_rss_slope": (ValidateConfig, "max_rss_slope_mb_h"),
+    "max_p99_drift": (ValidateConfig, "max_p99_drift"),
+    "recovery_budget": (ValidateConfig, "recovery_budget_s"),
+    "burst_factor": (ValidateConfig, "burst_factor"),
+    "burst": (ValidateConfig, "burst_s", duration_text),
+    "step": (ValidateConfig, "step_s", duration_text),
+    "search_duration": (ValidateConfig, "search_duration_s", duration_text),
+    "sample_interval": (ValidateConfig, "sample_interval_s"),
+    "timeout": (ValidateConfig, "timeout_s"),
+    "seed": (ValidateConfig, "seed"),
+}
+D = config_defaults(CONFIG_FIELDS)
 
 HELP = """Production-readiness drills against an embedding (or LLM) server, with a pass/fail verdict and the evidence.
 
@@ -68,35 +90,36 @@ def validate_cmd(
     peak: Annotated[float | None, typer.Option(help="peak req/s (default: found by bench's SLO search)")] = None,
     slo: Annotated[str, typer.Option(
         help="per-request SLO, end to end as a client sees it (queueing included): the peak "
-             "search's target and the soak's bound (a soak over it exits 4)")] = "p99_e2e_ms<=200",
-    soak: Annotated[float, Duration("soak duration (0 = no soak)")] = "60m",
+             "search's target and the soak's bound (a soak over it exits 4)")] = D["slo"],
+    soak: Annotated[float, Duration("soak duration (0 = no soak)")] = D["soak"],
     soak_fraction: Annotated[float, typer.Option(
-        help="soak rate as a fraction of the peak (the rate the confirm point starts at)")] = 0.8,
+        help="soak rate as a fraction of the peak (the rate the confirm point starts at)")] = D["soak_fraction"],
     soak_confirm: Annotated[float | None, Duration(
         "before the soak, confirm its rate with a point this long (the queue settles) and "
         "back off 10% a step until one meets --slo; the soak runs there. Default: soak/4 "
         "within 5-60 s when the peak is searched, none with --peak; 0 = off")] = None,
     faults: Annotated[str, typer.Option(
-        help="kill-worker,stall,burst,oom-guard (or none)")] = "kill-worker,stall,burst,oom-guard",
-    long_tail: Annotated[bool, typer.Option("--long-tail/--no-long-tail", help="run the long-tail drill")] = True,
+        help="kill-worker,stall,burst,oom-guard (or none)")] = D["faults"],
+    long_tail: Annotated[bool, typer.Option(
+        "--long-tail/--no-long-tail", help="run the long-tail drill")] = D["long_tail"],
     workload: Annotated[Path | None, typer.Option(help="JSONL requests (default: the built-in sample)")] = None,
     out: Annotated[Path, typer.Option(
         help="write validate.json, validate.html (and the server log) here")] = Path("runs/validate"),
     max_queue: Annotated[int | None, typer.Option(help="--max-queue of the server validate starts")] = None,
     serve_arg: Annotated[list[str] | None, typer.Option(help="extra flag for `infertune serve` (repeat)")] = None,
-    max_error_rate: Annotated[float, typer.Option(help="soak: allowed errors / requests")] = 0.0,
-    max_rss_slope: Annotated[float, typer.Option(help="soak: allowed RSS climb, MB/hour")] = 100.0,
-    max_p99_drift: Annotated[float, typer.Option(help="soak: allowed last/first-third P99 ratio")] = 1.5,
-    recovery_budget: Annotated[float, Duration("kill-worker: time to answer again")] = 30.0,
-    burst_factor: Annotated[float, typer.Option(help="burst rate as a multiple of the peak")] = 10.0,
-    burst: Annotated[float, Duration("burst duration")] = "5s",
+    max_error_rate: Annotated[float, typer.Option(help="soak: allowed errors / requests")] = D["max_error_rate"],
+    max_rss_slope: Annotated[float, typer.Option(help="soak: allowed RSS climb, MB/hour")] = D["max_rss_slope"],
+    max_p99_drift: Annotated[float, typer.Option(help="soak: allowed last/first-third P99 ratio")] = D["max_p99_drift"],
+    recovery_budget: Annotated[float, Duration("kill-worker: time to answer again")] = D["recovery_budget"],
+    burst_factor: Annotated[float, typer.Option(help="burst rate as a multiple of the peak")] = D["burst_factor"],
+    burst: Annotated[float, Duration("burst duration")] = D["burst"],
     stall: Annotated[float | None, Duration(
         "stall duration (default: long enough to fill the queue at the peak rate)")] = None,
-    step: Annotated[float, Duration("measured time per long-tail point")] = "5s",
-    search_duration: Annotated[float, Duration("measured time per SLO-search point")] = "5s",
-    sample_interval: Annotated[float, Duration("RSS / metrics sampling period")] = 1.0,
-    timeout: Annotated[float, Duration("client timeout per request: longer counts as a hang")] = 30.0,
-    seed: Annotated[int, typer.Option(help="seed for schedules")] = 0,
+    step: Annotated[float, Duration("measured time per long-tail point")] = D["step"],
+    search_duration: Annotated[float, Duration("measured time per SLO-search point")] = D["search_duration"],
+    sample_interval: Annotated[float, Duration("RSS / metrics sampling period")] = D["sample_interval"],
+    timeout: Annotated[float, Duration("client timeout per request: longer counts as a hang")] = D["timeout"],
+    seed: Annotated[int, typer.Option(help="seed for schedules")] = D["seed"],
     as_json: Annotated[bool, typer.Option("--json", help="print validate.json to stdout; humans read stderr")] = False,
 ) -> None:
     from infertune.extras import require

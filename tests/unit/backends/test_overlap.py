@@ -159,9 +159,9 @@ def test_a_tune_worker_can_start_tokenizer_processes():
     assert got == want
 
 
-def test_chunks_hold_about_one_full_batch_of_the_budget(monkeypatch):
+def test_chunks_hold_about_one_full_batch_of_the_budget():
     """A chunk is ~90% of a budget's worth of texts (so the engine's batch is full, as under load), within an
-    eighth of the texts and MAX_CHUNK; INFERTUNE_TUNE_CHUNK=eighth gives the older rule."""
+    eighth of the texts and MAX_CHUNK."""
     from infertune.backends.overlap import MAX_CHUNK, chunk_size
 
     emb = SlowDevice()
@@ -172,8 +172,6 @@ def test_chunks_hold_about_one_full_batch_of_the_budget(monkeypatch):
     assert chunk_size(emb, sample, 640, Batching(kind="tokens", size=10**6, max_items=8192)) == MAX_CHUNK
     assert chunk_size(emb, sample, 640, Batching(kind="tokens", size=10**6, max_items=100)) == 100
     assert chunk_size(emb, sample, 6400, Batching(kind="fixed", size=32)) == 800
-    monkeypatch.setenv("INFERTUNE_TUNE_CHUNK", "eighth")
-    assert chunk_size(emb, sample, 640, Batching(kind="tokens", size=16384, max_items=2048)) == 80
 
 
 def test_a_pool_has_every_process_started_before_it_is_used():

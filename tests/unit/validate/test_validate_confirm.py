@@ -159,13 +159,33 @@ def test_a_busy_host_is_named_whatever_the_shape_of_the_slowdown():
     assert quiet["kind"] == "degrades over time" and "0.1 / 0.1 / 0.2 cores" in quiet["verdict"]
 
 
+def _with_clocks(sample, clock, busy, own):
+    """Run OtherCPU.sample with time.monotonic, psutil.cpu_times and the process-tree CPU read from iterators."""
+    from types import SimpleNamespace
+    from unittest import mock
+
+    from infertune.validate import host
+
+    def run():
+        with mock.patch.object(host.time, "monotonic", lambda: next(clock)), \
+                mock.patch("psutil.cpu_times", lambda: SimpleNamespace(user=next(busy), nice=0.0, system=0.0)), \
+                mock.patch.object(host, "_tree_cpu_s", lambda _p: next(own)):
+            return sample()
+    return run
+
+
 def test_other_cpu_and_its_thirds():
     from infertune.validate.host import OtherCPU, by_third
 
     o = OtherCPU()
+    assert o.sample() is None  # the first sample has nothing to compare with
+    # the next: (host busy seconds - this process tree's seconds) / wall seconds, from stand-in clocks
+    clock, busy, own = iter([10.0, 12.0, 12.0]), iter([100.0, 103.0, 103.5]), iter([5.0, 6.0, 9.0])
+    o._last = None
+    o.sample = _with_clocks(o.sample, clock, busy, own)
     assert o.sample() is None
-    x = o.sample()
-    assert x is None or x >= 0  # None only when the clock did not move
+    assert o.sample() == 1.0           # (3 busy - 1 own) / 2 s
+    assert o.sample() is None          # the clock did not move: no rate
     t = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
     assert by_third(t, [0.0] * 3 + [1.0] * 3 + [None, 2.0, 2.0, 2.0], 0, 9) == [0.0, 1.0, 2.0]
     assert by_third(t, [None] * 10, 0, 9) == [None, None, None]

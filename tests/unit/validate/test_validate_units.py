@@ -62,6 +62,7 @@ def test_p99_drift_and_knee():
     k = analysis.knee([10, 20, 40, 80], [5, 6, 9, 30])
     assert k["rate"] == 80 and k["base_p99_ms"] == 5
     assert analysis.knee([10, 20], [5, 6])["rate"] is None
+    assert analysis.knee([10, 20, 40], [5, 10, 10.1])["rate"] == 40  # exactly 2x the base is not over it
 
 
 def test_durations_and_config():
