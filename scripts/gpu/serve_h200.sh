@@ -5,11 +5,12 @@
 # set, side by side in one run; FRONTENDS empty = the product's default)
 # Env: SECONDS_PER_POINT (15), SKIP_TUNE=1 (serve the untuned fp32 model), DEVICE=cpu (a dry run here),
 # GRAPHS (serve --cuda-graphs modes side by side, e.g. "auto off"; MODE+waitMS adds --max-wait-ms MS, e.g.
-# "auto auto+wait0"; the ceiling uses the first mode).
+# "auto auto+wait0"; the ceiling uses the first mode), ART (serve this artifact when SKIP_TUNE=1), SRC (run the
+# product from this src/ folder instead of the checkout's: an older commit's code, side by side).
 set -uo pipefail
 if [ -d .whl ] && [ "${DEVICE:-cuda}" = cuda ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD/src
+  export PYTHONPATH=/tmp/site:${SRC:-$PWD/src}
   PY=python3
   [ -d /tmp/minilm ] || python3 scripts/gpu/restore_minilm.py /tmp/minilm || exit 1
   MODEL=/tmp/minilm
@@ -22,7 +23,7 @@ DEV=${DEVICE:-cuda}; SETS=${1:-0}; FE=${2:-}; S=${SECONDS_PER_POINT:-15}
 I="$PY -m infertune.cli.main"
 [ "$DEV" = cuda ] && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv
 nproc
-ART=$MODEL
+ART=${ART:-$MODEL}
 if [ -z "${SKIP_TUNE:-}" ]; then
   /usr/bin/time -f "tune wall %e s" $I tune $MODEL --device $DEV --quick --out /tmp/tunerun --json > "$OUT/tune.json"
   echo "tune exit $?"; ART=/tmp/tunerun/artifact
