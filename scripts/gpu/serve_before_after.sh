@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# On the lent H200: the serving stack before and after a change, side by side in one run, with the product's own
+# commands (scripts/gpu/serve_h200.sh: 1 input c=256, 32 inputs c=32, the forward-only ceiling). The first set tunes
+# (quick) and serves; the later sets serve that same artifact. Each set runs this checkout's code ("new") or the
+# src/ folder in .before ("old": `git archive COMMIT src | tar -x -C .before`, then carry .before).
+# Usage: serve_before_after.sh "old new old"   (the order; alternate them so drift hits both)
+set -u
+OUT0=$OUT; k=0
+for who in ${1:-old new old}; do
+  k=$((k + 1)); src=""; [ "$who" = old ] && src=$PWD/.before/src
+  echo "=== set $k: $who code"
+  if [ $k = 1 ]; then
+    env ${src:+SRC=$src} OUT=$OUT0/$k bash scripts/gpu/serve_h200.sh 0 2>&1 | grep -E "^\||tune winner|tune wall"
+  else
+    env SKIP_TUNE=1 ART=/tmp/tunerun/artifact ${src:+SRC=$src} OUT=$OUT0/$k bash scripts/gpu/serve_h200.sh 0 2>&1 \
+      | grep -E "^\|"
+  fi
+  grep -hE "^engine: [0-9]+ batches|^stopped after" $OUT0/$k/serve_*.log
+done
+# what comes back is at most 8 files: the bench points of every set and the first set's tune
+find $OUT0 -name "*.log" -delete; find $OUT0 -name ceiling.json -delete; find $OUT0 -mindepth 2 -name tune.json ! -path "*/1/*" -delete
