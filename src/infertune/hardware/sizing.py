@@ -20,10 +20,6 @@ def default_frontends(device: str, gpus: int) -> int:
 
 def tokenizer_processes() -> int:
     """Tokenizer processes of tune's GPU pass: as many as `serve` starts frontends for one GPU (the issue's "same
-    parallel tokenization"); 1 (threads of the worker, no processes) on a small host. INFERTUNE_TUNE_TOKENIZERS=N
-    sets it (1: threads), for a side-by-side check: session 12 on the H200 measured 12 processes at 28,606 items/s
-    and threads at 25,824 (medians, one run)."""
-    forced = os.environ.get("INFERTUNE_TUNE_TOKENIZERS", "").strip()
-    if forced.isdigit() and int(forced) > 0:
-        return int(forced)
+    parallel tokenization"); 1 (threads of the worker, no processes) on a small host. Processes won on the H200
+    (docs/measurements/h200-2026-12-01-s12: 12 processes 28,606 items/s, threads 25,824, one run)."""
     return default_frontends("cuda", 1)
