@@ -40,7 +40,7 @@ def graphs(rep: Report, repeats: int) -> None:
     import torch
 
     from infertune.artifact import load_model
-    from infertune.backends.graphs import with_graphs
+    from infertune.engines.graphs import with_graphs
 
     model = os.environ.get("INFERTUNE_TEST_MINILM", "minilm")
     eager = load_model(model, "cuda")

@@ -43,7 +43,7 @@ def write_manifest(path: Path, spec, candidate, result, saved: dict[str, Any]) -
             "threads": result.environment.threads,
             # the tokenization parallelism the figure above was measured with, and the frontends per GPU that
             # `serve` starts to match it (on a GPU tune tokenizes in as many processes as serve's frontends per GPU,
-            # backends/overlap.py). serve reads frontends_per_gpu unless --frontends says otherwise
+            # engines/overlap.py). serve reads frontends_per_gpu unless --frontends says otherwise
             **_tokenization(result.config.get("device", "cpu")),
         },
         # the host the figures were measured on (serve compares it with its own; deploy places pods by it) and the

@@ -63,7 +63,7 @@ PRECISION_NEEDS: dict[str, dict[str, tuple[str, ...]]] = {
     "fp8": {"cuda": ("gpu-fp8",)},
 }
 
-_B = "infertune.backends."
+_B = "infertune.engines."
 ENGINES: dict[str, Engine] = {
     "st-naive": Engine(_B + "st_naive:SentenceTransformerNaive"),
     "torch-eager": Engine(_B + "torch_eager:TorchEager", rank=0, first_run={"cuda": "capture"},

@@ -64,7 +64,7 @@ def summarize(passes: Sequence[dict[str, Any]], peak_rss_mb: float | None = None
 
 def wait_share(passes: Sequence[dict[str, Any]]) -> dict[str, float] | None:
     """What the main thread of overlapped GPU passes waited for, as shares of their wall time: token ids and the
-    device (backends/overlap.py); None for other passes."""
+    device (engines/overlap.py); None for other passes."""
     walls = sum(p["wall_s"] for p in passes)
     if walls <= 0 or not all("wait_tokens_s" in p for p in passes):
         return None

@@ -97,7 +97,7 @@ class Measurement(BaseModel):
     peak_rss_mb: float | None = None
     peak_gpu_mb: float | None = None
     passes: int
-    # GPU passes that overlap tokenization with the device (backends/overlap.py): the share of the timed wall the
+    # GPU passes that overlap tokenization with the device (engines/overlap.py): the share of the timed wall the
     # worker's main thread spent waiting for token ids and for the device; absent for other passes
     wait_share: dict[str, float] | None = None
 

@@ -64,8 +64,8 @@ def _serve(conn, job: dict[str, Any]) -> None:
     backend = load_backend(cand.backend)
     emb = backend.prepare(spec, cand, device, Path(job["workdir"]), job.get("calibration", []))
     if device == "cuda":  # measured as `serve` runs it: CUDA graphs, packed batches where the candidate says
-        from infertune.backends.graphs import tuned_engine
-        from infertune.backends.overlap import start_tokenizers
+        from infertune.engines.graphs import tuned_engine
+        from infertune.engines.overlap import start_tokenizers
 
         emb = tuned_engine(emb, cand, device)
         start_tokenizers(emb)  # part of preparing, not of the first timed pass
@@ -141,7 +141,7 @@ def _main(conn, job: dict[str, Any]) -> None:
         os.environ[ENV] = job["library_log"]
     _stdout_to_stderr()
     # The parent starts workers as daemons (it kills them itself; they must not keep it alive), but a worker may
-    # start processes of its own (tune's tokenizer processes on a GPU host, backends/tokenize_pool.py), which
+    # start processes of its own (tune's tokenizer processes on a GPU host, engines/tokenize_pool.py), which
     # multiprocessing refuses to a daemon ("daemonic processes are not allowed to have children" fails the tune).
     # The worker stops its children when it ends; they also watch for it dying.
     mp.current_process().daemon = False

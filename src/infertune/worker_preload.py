@@ -21,7 +21,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402,F401
 from transformers import AutoConfig, AutoTokenizer  # noqa: E402,F401
 
-import infertune.backends.base  # noqa: E402,F401
+import infertune.engines.base  # noqa: E402,F401
 
 if not torch.backends.cuda.is_built():  # no GPU can be initialised: the model code too (0.9 s a worker here)
     import sentence_transformers  # noqa: F401

@@ -26,7 +26,7 @@ def test_graphs_replay_the_eager_vectors():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     from infertune.artifact import load_model
-    from infertune.backends.graphs import with_graphs
+    from infertune.engines.graphs import with_graphs
 
     model = os.environ.get("INFERTUNE_TEST_MINILM", "minilm")  # the GPU image has no embedded-model package
     eager = load_model(model, "cuda")
@@ -48,9 +48,9 @@ def test_graphs_replay_the_eager_vectors():
 def _packed_graphs_equal_alone(emb, mode: str):
     """`emb` wrapped by with_graphs(mode) as packed graphs; on TEXTS the first forward (packing check, capture and
     its check) and the second (a replay) both give each text's vector run alone (half-precision bound)."""
-    from infertune.backends.graphs import with_graphs
-    from infertune.backends.packed_graphs import PackedGraphEmbedder
-    from infertune.backends.torch_eager import TorchEmbedder
+    from infertune.engines.graphs import with_graphs
+    from infertune.engines.packed_graphs import PackedGraphEmbedder
+    from infertune.engines.torch_eager import TorchEmbedder
 
     g, why = with_graphs(emb, mode)
     assert isinstance(g, PackedGraphEmbedder), why

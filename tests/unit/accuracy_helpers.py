@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from infertune.backends.fake import FakeBackend, _CharTokenizer
 from infertune.config import Batching, Candidate, TuneConfig
+from infertune.engines.fake import FakeBackend, _CharTokenizer
 from infertune.models.embedding import EmbeddingSpec
 from infertune.tasks.embedding.task import EmbeddingTask
 

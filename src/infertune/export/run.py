@@ -133,12 +133,12 @@ def _embedder(cfg: ExportConfig, src: _Source, onnx_path: Path):
 
     spec = dataclasses.replace(src.spec, dim=src.spec.dim or 1)
     if cfg.to == "onnx":
-        from infertune.backends.onnxruntime import OrtEmbedder
+        from infertune.engines.onnxruntime import OrtEmbedder
 
         return OrtEmbedder(spec, src.tokenizer, onnx_path, "cpu", {})
     import openvino as ov
 
-    from infertune.backends.openvino import OpenVinoEmbedder
+    from infertune.engines.openvino import OpenVinoEmbedder
 
     return OpenVinoEmbedder(spec, src.tokenizer, ov.Core().read_model(str(onnx_path)), "cpu", {}, "fp32")
 
@@ -178,7 +178,7 @@ def export(cfg: ExportConfig) -> ExportResult:
     work = Path(tempfile.mkdtemp(prefix="infertune-export-")) if cfg.to == "openvino" else out
     onnx_path = work / "model.onnx"
     try:
-        from infertune.backends.base import Embedder
+        from infertune.engines.base import Embedder
 
         collate = Embedder(src.spec, tok)
         collate.needs_token_types = src.token_types

@@ -54,8 +54,8 @@ def search(spec: dict, texts: list[str], min_cosine_mean: float, min_cosine_min:
     `max_s`: when the per-layer pass runs out of time (60% of it), the layers not yet measured count as the most
     sensitive (kept high); when the bisection does (90%), the smallest set known to hold is the answer. Either way
     the answer stays safe, only less aggressive."""
-    from infertune.backends.torch_eager import TorchEmbedder
     from infertune.config import Batching, Candidate
+    from infertune.engines.torch_eager import TorchEmbedder
     from infertune.models.embedding import EmbeddingSpec, load_tokenizer
 
     t0 = time.perf_counter()

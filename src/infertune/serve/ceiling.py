@@ -39,7 +39,7 @@ def forward_ceiling(model: str, device: str | None = None, texts: list[str] | No
     emb = load_model(model, settings.device, task=task)
     engine = "as loaded"
     if settings.device == "cuda":  # the server's engine: the same CUDA-graph wrapping as `serve`
-        from infertune.backends.graphs import with_graphs
+        from infertune.engines.graphs import with_graphs
 
         emb, engine = with_graphs(emb, settings.cuda_graphs, settings.batch_tokens)
     # a packed engine decides whether it packs before we plan batches for it

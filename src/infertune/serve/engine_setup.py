@@ -49,7 +49,7 @@ def load_engine(model: str, device: str, settings: dict[str, Any], *, threads: i
 
     emb = load_model(model, device, **(load_opts or {}))
     if device == "cuda":
-        from infertune.backends.graphs import with_graphs
+        from infertune.engines.graphs import with_graphs
 
         emb, graphs = with_graphs(emb, settings.get("cuda_graphs", "auto"), int(settings.get("batch_tokens") or 16384))
         print(f"{who}: {graphs}", file=sys.stderr, flush=True)

@@ -97,7 +97,7 @@ def test_the_naive_baseline_pools_the_decoder_as_the_spec_says(reference, tmp_pa
     """A decoder directory has no modules.json, where sentence-transformers would mean-pool: the naive baseline
     (what tune's 'x naive' divides by) must compute the same last-token embedding, or tune reports it as
     failing the accuracy budget (cos 0.925 on the H200 before)."""
-    from infertune.backends.st_naive import SentenceTransformerNaive
+    from infertune.engines.st_naive import SentenceTransformerNaive
     from infertune.models.embedding import embedding_spec
     from infertune.tasks.embedding.candidates import BASELINE
 

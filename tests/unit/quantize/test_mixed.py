@@ -34,8 +34,8 @@ def test_sensitivity_then_smallest_keep_set_meets_budget(texts):
 
 def _cosines_keeping(spec: dict, texts: list[str], keep: list[str]) -> tuple[float, float]:
     """Mean and worst cosine against fp32 of MiniLM with every Linear int8 (torch.ao dynamic) except `keep`."""
-    from infertune.backends.torch_eager import TorchEmbedder
     from infertune.config import Batching, Candidate
+    from infertune.engines.torch_eager import TorchEmbedder
     from infertune.models.embedding import EmbeddingSpec, load_tokenizer
     from infertune.quantize.mixed import Quantizer
     from infertune.verify import row_cosines

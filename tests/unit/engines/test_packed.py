@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infertune.backends import varlen
-from infertune.backends.packed_graphs import packed_grid, slot_bucket, token_bucket
 from infertune.batching import plan_packed
+from infertune.engines import varlen
+from infertune.engines.packed_graphs import packed_grid, slot_bucket, token_bucket
 from infertune.verify import row_cosines
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures"))
@@ -82,13 +82,13 @@ def tiny_qwen3(tmp_path_factory):
 
 def _emb(model: str):
     from infertune.artifact import load_model
-    from infertune.backends.packed_graphs import PackedGraphEmbedder
+    from infertune.engines.packed_graphs import PackedGraphEmbedder
 
     return PackedGraphEmbedder(load_model(model, "cpu", task="embed"))
 
 
 def _alone(g, ids):
-    from infertune.backends.torch_eager import TorchEmbedder
+    from infertune.engines.torch_eager import TorchEmbedder
 
     return np.concatenate([TorchEmbedder.forward(g, g.collate([row])) for row in ids])
 
@@ -148,7 +148,7 @@ def test_an_encoder_packs_only_when_asked_and_equals_each_text_alone():
     import torch
 
     from infertune.artifact import load_model
-    from infertune.backends.packed_graphs import PackedGraphEmbedder
+    from infertune.engines.packed_graphs import PackedGraphEmbedder
 
     emb = load_model("minilm", "cpu")
     assert "decoder" in varlen.why_not(emb) and varlen.why_not(emb, encoders=True) is None

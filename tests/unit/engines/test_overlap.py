@@ -1,4 +1,4 @@
-"""The overlapped timed pass (backends/overlap.py) that `tune` uses for engines whose launches return before the
+"""The overlapped timed pass (engines/overlap.py) that `tune` uses for engines whose launches return before the
 device is done: every item is run once, the next chunk is tokenized while the current one runs, at most two
 batches are in flight, and the probe limits (max_batches) cut it the same way every time."""
 
@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from infertune.backends.base import Embedder
-from infertune.backends.overlap import MIN_CHUNK, MIN_CHUNKS
 from infertune.config import Batching
+from infertune.engines.base import Embedder
+from infertune.engines.overlap import MIN_CHUNK, MIN_CHUNKS
 
 
 class _Tok:
@@ -99,7 +99,7 @@ def test_a_probe_cut_at_max_batches_runs_the_same_batches_every_time():
 
 def test_several_tokenizer_threads_keep_the_chunks_in_order(monkeypatch):
     """Chunks tokenized on several threads at once (a GPU host) are run in their order: the same batches as one."""
-    import infertune.backends.overlap as overlap
+    import infertune.engines.overlap as overlap
 
     one = SlowDevice().measure_pass(TEXTS, Batching(kind="tokens", size=2048, max_items=256), shuffle=3)
     monkeypatch.setattr(overlap, "TOKENIZERS", 3)
@@ -114,9 +114,9 @@ def test_tokenizer_processes_give_the_engines_ids_and_feed_the_pass(monkeypatch)
     the embedder's own token_ids; a pass tokenized in them runs every item once, as with threads."""  # noqa: E501
     import multiprocessing as mp
 
-    import infertune.backends.overlap as overlap
+    import infertune.engines.overlap as overlap
     from infertune.artifact import load_model
-    from infertune.backends.tokenize_pool import TokenizerPool
+    from infertune.engines.tokenize_pool import TokenizerPool
     from infertune.workloads.texts import load_workload
 
     texts = load_workload(None).items[:150]
@@ -154,7 +154,7 @@ def test_a_tune_worker_can_start_tokenizer_processes():
     emb = load_model("minilm", "cpu")
     texts = ["a short one", "a somewhat longer sentence about tokenizers and processes"]
     want = emb.token_ids(texts)
-    got = run_isolated("infertune.backends.tokenize_pool:encode_in_processes",
+    got = run_isolated("infertune.engines.tokenize_pool:encode_in_processes",
                        {"recipe": list(emb.token_encoder().recipe), "texts": texts, "processes": 2}, timeout_s=180)
     assert got == want
 
@@ -162,7 +162,7 @@ def test_a_tune_worker_can_start_tokenizer_processes():
 def test_chunks_hold_about_one_full_batch_of_the_budget():
     """A chunk is ~90% of a budget's worth of texts (so the engine's batch is full, as under load), within an
     eighth of the texts and MAX_CHUNK."""
-    from infertune.backends.overlap import MAX_CHUNK, chunk_size
+    from infertune.engines.overlap import MAX_CHUNK, chunk_size
 
     emb = SlowDevice()
     sample = [" ".join(["w"] * 49)] * 64  # 50 tokens each with the fake's tokenizer? measured below
@@ -180,7 +180,7 @@ def test_a_pool_has_every_process_started_before_it_is_used():
     import multiprocessing as mp
 
     from infertune.artifact import load_model
-    from infertune.backends.tokenize_pool import TokenizerPool
+    from infertune.engines.tokenize_pool import TokenizerPool
 
     emb = load_model("minilm", "cpu")
     pool = TokenizerPool(emb.token_encoder().recipe, 3, mp.get_context("spawn"))

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from infertune.backends.base import Backend, Embedder, missing
 from infertune.config import Batching, Candidate
+from infertune.engines.base import Backend, Embedder, missing
 from infertune.models.embedding import EmbeddingSpec
 
 

@@ -1,6 +1,6 @@
-"""CUDA graphs over packed batches: a decoder embedder on a GPU runs each batch padding-free (backends/varlen.py),
+"""CUDA graphs over packed batches: a decoder embedder on a GPU runs each batch padding-free (engines/varlen.py),
 and each packed shape (total tokens and text slots, both rounded up to a few buckets) is captured once and
-replayed, as in backends/cuda_graphs.py.
+replayed, as in engines/cuda_graphs.py.
 
 A packed shape has two numbers, not a rows x width grid: the tokens laid end to end (`token_bucket`: steps of 256
 to 4,096, then 512, 1,024, 2,048) and the text slots (`slot_bucket`: powers of two from 16). Tokens past the
@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from infertune.backends import varlen
-from infertune.backends.cuda_graphs import GraphedEmbedder, _Shape
+from infertune.engines import varlen
+from infertune.engines.cuda_graphs import GraphedEmbedder, _Shape
 from infertune.verify import row_cosines
 
 log = logging.getLogger("infertune.serve")

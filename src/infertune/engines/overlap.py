@@ -6,7 +6,7 @@ H200, MiniLM's tune winner ran 20,106 items/s while the forward-only ceiling of 
 (docs/measurements/h200-2026-12-01-s10).
 `serve` tokenizes in frontend processes while the engine runs, and launches a batch before it answers the last.
 
-How: tokenizer processes, as many as `serve` starts frontends for one GPU (backends/tokenize_pool.py; on a small
+How: tokenizer processes, as many as `serve` starts frontends for one GPU (engines/tokenize_pool.py; on a small
 host, or without a checked Rust tokenizer, threads of this process), tokenize the next chunks of the (shuffled)
 texts while this thread plans the current chunk's batches the way the engine does (by real tokens for a packed
 engine), launches each, and collects the one before it (`Embedder.launch` / `collect`: at most two in flight). A
@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from infertune.backends.tokenize_pool import pool_for
 from infertune.batching import ASYNC_DEPTH, plan_batches, plan_packed
 from infertune.config import Batching
+from infertune.engines.tokenize_pool import pool_for
 from infertune.hardware.sizing import tokenizer_processes
 
 MIN_CHUNKS = 8  # a pass runs at least this many chunks (going round the texts again if needed)

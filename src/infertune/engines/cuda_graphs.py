@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from infertune.backends.torch_eager import Pending, TorchEmbedder, collect, right_padded, to_host
+from infertune.engines.torch_eager import Pending, TorchEmbedder, collect, right_padded, to_host
 from infertune.models.embedding import pool
 from infertune.verify import row_cosines
 
@@ -214,7 +214,7 @@ class GraphedEmbedder(TorchEmbedder):
         return self._first(key, "batch shape", lambda: self._capture(ids, mask), batch["input_ids"].shape[0],
                            lambda: TorchEmbedder.forward(self, batch))
 
-    # --- the graph mechanics, shared with packed graphs (backends/packed_graphs.py) -------------------------
+    # --- the graph mechanics, shared with packed graphs (engines/packed_graphs.py) -------------------------
     def _replay(self, shape: _Shape, arrays: dict[str, np.ndarray], rows: int) -> Pending | np.ndarray:
         """Queue: `arrays` into the shape's static inputs (same names, through pinned memory), the replay, and the
         copy of its first `rows` rows to pinned host memory; nothing waits for the device (collect does).

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infertune.backends.cuda_graphs import bucket_width, graph_rows, grid, why_not
+from infertune.engines.cuda_graphs import bucket_width, graph_rows, grid, why_not
 from infertune.verify import row_cosines
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -32,7 +32,7 @@ def test_graph_buckets_bound_the_filler_and_the_shape_count():
 
 def _graphed(model: str, **kw):
     from infertune.artifact import load_model
-    from infertune.backends.cuda_graphs import GraphedEmbedder
+    from infertune.engines.cuda_graphs import GraphedEmbedder
 
     return GraphedEmbedder(load_model(model, "cpu", **kw))
 
@@ -92,7 +92,7 @@ def test_a_shape_that_fails_to_capture_runs_eagerly_and_a_wrong_graph_turns_grap
     np.testing.assert_allclose(g.forward(batch), want, rtol=1e-5, atol=1e-6)  # eager again, no new capture
     assert g.stats["eager_shapes"] == 1
 
-    from infertune.backends.cuda_graphs import _Shape
+    from infertune.engines.cuda_graphs import _Shape
 
     def capture(good: bool):
         def run(ids, mask):
@@ -118,7 +118,7 @@ def test_a_shape_that_fails_to_capture_runs_eagerly_and_a_wrong_graph_turns_grap
 
 def test_with_graphs_leaves_a_cpu_engine_as_it_is_and_refuses_on():
     from infertune.artifact import load_model
-    from infertune.backends.graphs import with_graphs
+    from infertune.engines.graphs import with_graphs
     from infertune.errors import InfertuneError
 
     emb = load_model("minilm", "cpu")

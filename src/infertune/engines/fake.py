@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from infertune.backends.base import Backend, Embedder
 from infertune.config import Candidate
+from infertune.engines.base import Backend, Embedder
 from infertune.models.embedding import EmbeddingSpec
 
 

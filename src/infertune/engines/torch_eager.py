@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from infertune.backends.base import Backend, Embedder, missing
 from infertune.config import Candidate
+from infertune.engines.base import Backend, Embedder, missing
 from infertune.models.embedding import EmbeddingSpec, load_encoder, load_tokenizer, pool
 from infertune.registry import quant, quant_available
 

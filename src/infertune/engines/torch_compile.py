@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from infertune.backends.base import Embedder
-from infertune.backends.torch_eager import TorchEager, TorchEmbedder, build_model
 from infertune.batching import pad_length
 from infertune.config import Candidate
+from infertune.engines.base import Embedder
+from infertune.engines.torch_eager import TorchEager, TorchEmbedder, build_model
 from infertune.models.embedding import EmbeddingSpec, load_tokenizer
 
 

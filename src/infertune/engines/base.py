@@ -47,7 +47,7 @@ class Embedder:
 
     def token_encoder(self) -> Any:
         """The checked fast encoder `token_ids` uses (fast_tokens.TokenIds: tokie or the Rust tokenizer; its `recipe`
-        rebuilds it in other processes, backends/tokenize_pool.py), or None where the ids come from transformers."""
+        rebuilds it in other processes, engines/tokenize_pool.py), or None where the ids come from transformers."""
         if getattr(self, "_fast", None) is None:
             self.token_ids([""])  # sets up the checked fast path once
         return self._fast or None
@@ -115,9 +115,9 @@ class Embedder:
         the batches that ran).
 
         An engine whose launches return before the device is done (CUDA) is measured as it serves: tokenization,
-        the host's batch work and the device overlapped (backends/overlap.py)."""
+        the host's batch work and the device overlapped (engines/overlap.py)."""
         if self.async_launch:
-            from infertune.backends.overlap import overlapped_pass
+            from infertune.engines.overlap import overlapped_pass
 
             return overlapped_pass(self, texts, batching, max_s, shuffle, max_batches)
         t0 = time.perf_counter()

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from infertune.backends.base import Backend, Embedder, missing
 from infertune.config import Candidate
+from infertune.engines.base import Backend, Embedder, missing
 from infertune.models.embedding import EmbeddingSpec, load_tokenizer
 from infertune.registry import quant
 
