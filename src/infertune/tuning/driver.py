@@ -122,7 +122,7 @@ def tune(config: TuneConfig | None = None, quiet: bool = False, candidates: list
     reference are always added), e.g. to try a third-party backend registered under `infertune.backends`."""
     from infertune.console import console as make_console
     from infertune.hardware import detect, needs
-    from infertune.worker import warm_up_workers
+    from infertune.tuning.worker import warm_up_workers
 
     cfg = config or TuneConfig()
     console = make_console(stderr=True, quiet=quiet)
@@ -337,7 +337,7 @@ def _leaders(run: search.Run, task, result: TuneResult, live: list) -> list:
 
 
 def _finish_log(run: search.Run, result: TuneResult) -> None:
-    from infertune.worker import start_method
+    from infertune.tuning.worker import start_method
 
     result.search["worker_start"] = start_method()  # forkserver, or spawn and why
     cands = {}

@@ -149,7 +149,7 @@ def test_a_tune_worker_can_start_tokenizer_processes():
     """Tune's workers are daemonic processes, and multiprocessing refuses children to a daemon: the first H200
     tune of session 12 failed its reference that way. A worker starts a tokenizer pool and gets the ids."""
     from infertune.artifact import load_model
-    from infertune.worker import run_isolated
+    from infertune.tuning.worker import run_isolated
 
     emb = load_model("minilm", "cpu")
     texts = ["a short one", "a somewhat longer sentence about tokenizers and processes"]

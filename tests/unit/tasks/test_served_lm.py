@@ -165,7 +165,7 @@ def test_the_artifact_commands_carry_the_measured_arguments_and_environment(tmp_
 
 def test_a_served_candidate_that_fails_is_the_loops_worker_failure():
     from infertune.llm.served_worker import ServedWorker
-    from infertune.worker import WorkerFailed
+    from infertune.tuning.worker import WorkerFailed
 
     w = ServedWorker({"checkpoint": "/nonexistent", "args": [], "device": "cpu", "dtype": "bfloat16",
                       "max_model_len": 128, "port": 1}, 5)

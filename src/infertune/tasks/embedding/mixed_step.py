@@ -39,7 +39,7 @@ def source(task, run) -> tuple[str | None, str | None, str | None]:
 
 
 def mixed_options(task, run) -> list[Option]:
-    from infertune.worker import WorkerFailed, run_isolated
+    from infertune.tuning.worker import WorkerFailed, run_isolated
 
     cfg = task.cfg
     qname, why, backend = source(task, run)

@@ -111,9 +111,9 @@ class EmbeddingTask(Task):
 
     # --- per engine ----------------------------------------------------------------------------
     def job(self, cand) -> dict[str, Any]:
-        return {"spec": self.spec.to_dict(), "candidate": cand.model_dump(mode="json"), "device": self.cfg.device,
-                "threads": self.cfg.threads, "workdir": str(self.out / "work"), "texts": self.evals,
-                "calibration": self.calib}
+        return {"serve": "infertune.tasks.embedding.worker:serve", "spec": self.spec.to_dict(),
+                "candidate": cand.model_dump(mode="json"), "device": self.cfg.device, "threads": self.cfg.threads,
+                "workdir": str(self.out / "work"), "texts": self.evals, "calibration": self.calib}
 
     def _timed(self, worker, cand, cap_s: float) -> dict[str, Any]:
         """One capped pass over shuffled batches of the eval split (after a shorter capped warm-up)."""
@@ -305,7 +305,7 @@ class EmbeddingTask(Task):
     # --- outputs -------------------------------------------------------------------------------
     def save_artifact(self, run, result: TuneResult, out: Path) -> None:
         from infertune.artifact import write_manifest
-        from infertune.worker import WorkerFailed
+        from infertune.tuning.worker import WorkerFailed
 
         c = run.cands[result.winner.name]
         w = run.workers.get(c.engine_id)

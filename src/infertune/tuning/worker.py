@@ -8,7 +8,6 @@ import multiprocessing as mp
 import os
 import time
 import traceback
-from pathlib import Path
 from typing import Any
 
 
@@ -16,13 +15,13 @@ class WorkerFailed(Exception):
     """The worker raised, crashed or timed out; the message says which."""
 
 
-def _peak_rss_mb() -> float:
+def peak_rss_mb() -> float:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _setup(threads: int | None, device: str = "cpu") -> None:
+def setup(threads: int | None, device: str = "cpu") -> None:
     # On a GPU host the tokenizer is the bottleneck and spare cores are plenty: let it use them.
     # On CPU it would steal cores from the model.
     os.environ["TOKENIZERS_PARALLELISM"] = "true" if device == "cuda" else "false"
@@ -43,69 +42,6 @@ def _setup(threads: int | None, device: str = "cpu") -> None:
         torch.set_num_threads(threads)
 
 
-def _subset(texts: list[str], args: dict[str, Any]) -> list[str]:
-    """The texts a command sends (`texts`: the user's eval pairs), names by position (`subset`), or all of them."""
-    if args.get("texts") is not None:
-        return list(args["texts"])
-    return texts if args.get("subset") is None else [texts[i] for i in args["subset"]]
-
-
-def _serve(conn, job: dict[str, Any]) -> None:
-    from infertune.config import Batching, Candidate
-    from infertune.models.embedding import EmbeddingSpec
-    from infertune.registry import load_backend
-
-    _setup(job.get("threads"), job.get("device", "cpu"))
-    spec = EmbeddingSpec(**job["spec"])
-    cand = Candidate.model_validate(job["candidate"])
-    device = job["device"]
-    texts: list[str] = job.get("texts", [])
-    t0 = time.perf_counter()
-    backend = load_backend(cand.backend)
-    emb = backend.prepare(spec, cand, device, Path(job["workdir"]), job.get("calibration", []))
-    if device == "cuda":  # measured as `serve` runs it: CUDA graphs, packed batches where the candidate says
-        from infertune.engines.graphs import tuned_engine
-        from infertune.engines.overlap import start_tokenizers
-
-        emb = tuned_engine(emb, cand, device)
-        start_tokenizers(emb)  # part of preparing, not of the first timed pass
-    conn.send(("ok", {"prepare_s": time.perf_counter() - t0, "executed": emb.describe()}))
-    while True:
-        cmd, args = conn.recv()
-        if cmd == "stop":
-            return
-        try:
-            if cmd == "embed":
-                out = emb.embed(_subset(texts, args), Batching.model_validate(args["batching"]), pooled=True)
-                conn.send(("ok", out))
-            elif cmd == "measure":
-                batching = Batching.model_validate(args["batching"])
-                if hasattr(emb, "max_tokens") and batching.kind == "tokens":
-                    emb.max_tokens = batching.size  # CUDA graphs up to the budget measured, as serve sizes them
-                sub = _subset(texts, args)
-                cap, seed = args.get("max_s"), args.get("shuffle")
-                limit = None
-                for _ in range(args.get("warmup", 0)):
-                    w = emb.measure_pass(sub, batching, max_s=args.get("warmup_max_s", cap), shuffle=seed)
-                    limit = w["batches"] if args.get("match_warmup") else None
-                # match_warmup: the timed pass runs exactly the batches the warm-up ran, so no shape meets
-                # its first run (oneDNN/AMX kernel creation, a compile) inside the timed pass
-                passes = [emb.measure_pass(sub, batching, max_s=None if limit else cap, shuffle=seed,
-                                           max_batches=limit) for _ in range(args.get("passes", 1))]
-                gpu = None
-                if device == "cuda":
-                    import torch
-
-                    gpu = torch.cuda.max_memory_allocated() / 2**20
-                conn.send(("ok", {"passes": passes, "peak_rss_mb": _peak_rss_mb(), "peak_gpu_mb": gpu}))
-            elif cmd == "save":
-                conn.send(("ok", emb.save(Path(args["path"]))))
-            else:
-                conn.send(("error", f"unknown command {cmd}"))
-        except Exception as e:  # noqa: BLE001 - reported to the parent, which records the failure
-            conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"))
-
-
 def _stdout_to_stderr() -> None:
     """A worker never writes to the parent's stdout (`tune --json` prints only JSON there): libraries that
     print progress (NNCF's statistics bar, compilers) go to stderr, native code included."""
@@ -123,7 +59,7 @@ def _fork_unsafe() -> str | None:
     """Why this process must not run (it was forked from a server whose imports initialised CUDA), or None."""
     import sys
 
-    pre = sys.modules.get("infertune.worker_preload")
+    pre = sys.modules.get("infertune.tuning.worker_preload")
     torch = sys.modules.get("torch")
     bad_fork = torch is not None and getattr(torch.cuda, "_is_in_bad_fork", lambda: False)()
     if (pre is not None and getattr(pre, "CUDA_INITIALISED", False)) or bad_fork:
@@ -149,17 +85,15 @@ def _main(conn, job: dict[str, Any]) -> None:
         if job.get("kind") == "call":
             import importlib
 
-            _setup(job.get("threads"))
+            setup(job.get("threads"))
             module, attr = job["target"].split(":")
             conn.send(("ok", getattr(importlib.import_module(module), attr)(**job["kwargs"])))
             return
-        if job.get("serve"):  # another kind of engine (e.g. causal LMs): "module:function(conn, job)"
-            import importlib
+        import importlib
 
-            module, attr = job["serve"].split(":")
-            getattr(importlib.import_module(module), attr)(conn, job)
-            return
-        _serve(conn, job)
+        # the family's engine loop: "module:function(conn, job)" (embeddings: infertune.tasks.embedding.worker:serve)
+        module, attr = job["serve"].split(":")
+        getattr(importlib.import_module(module), attr)(conn, job)
     except Exception as e:  # noqa: BLE001
         try:
             conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"))
@@ -172,7 +106,7 @@ def _main(conn, job: dict[str, Any]) -> None:
 # one ~0.05 s after the server's one-time ~12 s. A fork is safe only while CUDA is not initialised in the
 # server; where its imports did initialise it, the first forked worker says so and every worker from then on is
 # spawned (Worker._respawn): CUDA hosts pay the imports, CPU hosts keep the fork.
-PRELOAD = ["infertune.worker_preload"]
+PRELOAD = ["infertune.tuning.worker_preload"]
 _CTX: Any = None
 _FELL_BACK: str | None = None
 

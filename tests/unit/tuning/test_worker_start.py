@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from infertune import worker
+from infertune.tuning import worker
 
 ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = """
 import json, os, sys
-from infertune import worker
+from infertune.tuning import worker
 if sys.argv[2] == "fake":
     worker.PRELOAD.insert(0, "fake_cuda_init")
 pids = [worker.run_isolated("os:getpid", {}, 300) for _ in range(2)]
@@ -41,10 +41,10 @@ def _run(tmp_path: Path, mode: str) -> tuple[dict, str]:
 
 
 def test_a_worker_forked_from_a_server_that_initialised_cuda_refuses_to_run(monkeypatch):
-    monkeypatch.setitem(sys.modules, "infertune.worker_preload",
+    monkeypatch.setitem(sys.modules, "infertune.tuning.worker_preload",
                         types.SimpleNamespace(CUDA_INITIALISED=True))
     assert "initialised CUDA" in worker._fork_unsafe()
-    monkeypatch.setitem(sys.modules, "infertune.worker_preload",
+    monkeypatch.setitem(sys.modules, "infertune.tuning.worker_preload",
                         types.SimpleNamespace(CUDA_INITIALISED=False))
     assert worker._fork_unsafe() is None
 
@@ -60,7 +60,7 @@ def test_cuda_initialised_in_the_fork_server_makes_every_worker_spawn_with_one_l
 
 def _imports_initialise_cuda() -> bool:
     """Whether the fork server's imports initialise CUDA on this host (torchao does on a CUDA host)."""
-    p = subprocess.run([sys.executable, "-c", "import infertune.worker_preload as p; print(p.CUDA_INITIALISED)"],
+    p = subprocess.run([sys.executable, "-c", "import infertune.tuning.worker_preload as p; print(p.CUDA_INITIALISED)"],
                        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     return p.stdout.strip().endswith("True")
 
