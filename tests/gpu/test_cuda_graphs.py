@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infertune.verify import row_cosines
+from infertune.models.embedding import row_cosines
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 from tiny_models import tiny_model_dir  # noqa: E402

@@ -34,8 +34,7 @@ from typing import Any
 import numpy as np
 
 from infertune.engines.torch_eager import Pending, TorchEmbedder, collect, right_padded, to_host
-from infertune.models.embedding import pool
-from infertune.verify import row_cosines
+from infertune.models.embedding import pool, row_cosines
 
 log = logging.getLogger("infertune.serve")
 # a captured shape must give the eager forward's vectors. Same math, but not always the same kernels (cuBLAS may

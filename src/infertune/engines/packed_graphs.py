@@ -23,7 +23,7 @@ import numpy as np
 
 from infertune.engines import varlen
 from infertune.engines.cuda_graphs import GraphedEmbedder, _Shape
-from infertune.verify import row_cosines
+from infertune.models.embedding import row_cosines
 
 log = logging.getLogger("infertune.serve")
 MIN_SLOTS = 16

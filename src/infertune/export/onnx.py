@@ -11,8 +11,7 @@ from typing import Any
 import numpy as np
 
 from infertune.errors import InfertuneError
-from infertune.models.embedding import EmbeddingSpec, load_encoder, pool
-from infertune.verify import row_cosines
+from infertune.models.embedding import EmbeddingSpec, load_encoder, pool, row_cosines
 
 OPSET = 17
 

@@ -14,7 +14,7 @@ import copy
 import time
 from typing import Any
 
-from infertune.verify import row_cosines
+from infertune.models.embedding import row_cosines
 
 
 class Quantizer:

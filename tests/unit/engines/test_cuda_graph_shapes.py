@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from infertune.engines.cuda_graphs import bucket_width, graph_rows, grid, why_not
-from infertune.verify import row_cosines
+from infertune.models.embedding import row_cosines
 
 ROOT = Path(__file__).resolve().parents[3]
 TEXTS = ["hi", "What is the capital of France?", "ok",

@@ -60,7 +60,7 @@ def test_every_item_runs_once_with_tokenization_ahead_and_two_in_flight():
     assert len(got["latency_ms"]) == len(got["padded_per_batch"]) == got["batches"] > 8
     # what the main thread waited for: the device (collect sleeps 2 ms a batch), within the pass's wall
     assert 0.002 * got["batches"] <= got["wait_device_s"] < got["wall_s"] and 0 <= got["wait_tokens_s"] < got["wall_s"]
-    from infertune.measure import summarize
+    from infertune.tasks.embedding.measure import summarize
 
     share = summarize([got]).wait_share
     assert share["device"] == round(got["wait_device_s"] / got["wall_s"], 4) and 0 < share["device"] < 1

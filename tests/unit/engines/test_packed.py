@@ -16,7 +16,7 @@ import pytest
 from infertune.batching import plan_packed
 from infertune.engines import varlen
 from infertune.engines.packed_graphs import packed_grid, slot_bucket, token_bucket
-from infertune.verify import row_cosines
+from infertune.models.embedding import row_cosines
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures"))
 from tiny_models import tiny_model_dir  # noqa: E402

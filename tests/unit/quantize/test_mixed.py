@@ -36,9 +36,8 @@ def _cosines_keeping(spec: dict, texts: list[str], keep: list[str]) -> tuple[flo
     """Mean and worst cosine against fp32 of MiniLM with every Linear int8 (torch.ao dynamic) except `keep`."""
     from infertune.config import Batching, Candidate
     from infertune.engines.torch_eager import TorchEmbedder
-    from infertune.models.embedding import EmbeddingSpec, load_tokenizer
+    from infertune.models.embedding import EmbeddingSpec, load_tokenizer, row_cosines
     from infertune.quantize.mixed import Quantizer
-    from infertune.verify import row_cosines
 
     es = EmbeddingSpec(**spec)
     tok = load_tokenizer(es)

@@ -110,7 +110,7 @@ def test_auto_on_flat_vectors_of_an_unlabelled_model_keeps_everything(tmp_path):
 
 
 def test_auto_on_pairs_gates_the_recall_drop(tmp_path):
-    from infertune.task_eval import Pairs
+    from infertune.tasks.embedding.task_eval import Pairs
 
     rng = np.random.default_rng(3)
     docs = rng.normal(size=(60, 384)) * np.exp(-0.002 * np.arange(384))  # flat enough that prefixes hurt

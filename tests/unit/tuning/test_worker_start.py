@@ -17,7 +17,7 @@ import pytest
 
 from infertune.tuning import worker
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 SCRIPT = """
 import json, os, sys

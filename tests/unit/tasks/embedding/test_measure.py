@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from infertune.measure import summarize
+from infertune.tasks.embedding.measure import summarize
 
 
 def _pass(items, wall, lat):

@@ -1,7 +1,7 @@
 import numpy as np
 
 from infertune.config import AccuracyBudget
-from infertune.verify import compare, topk_overlap, within_budget
+from infertune.tasks.embedding.verify import compare, topk_overlap, within_budget
 
 
 def test_identical_vectors_are_perfect():

@@ -5,7 +5,7 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "fixtures"))
 import report_inputs as inputs  # noqa: E402
 
 from infertune.results import BucketAccuracy, TaskMetric  # noqa: E402
@@ -28,7 +28,7 @@ def _with_accuracy():
 
 
 def test_buckets_and_task_metrics_are_in_the_report(tmp_path):
-    from infertune.report import write_report
+    from infertune.tasks.embedding.report import write_report
 
     res = _with_accuracy()
     page = write_report(res, tmp_path / "report.html").read_text()
@@ -45,7 +45,7 @@ def test_buckets_and_task_metrics_are_in_the_report(tmp_path):
 
 
 def test_console_names_the_winners_buckets_and_task_figures():
-    from infertune.accuracy_report import console_lines
+    from infertune.tasks.embedding.accuracy_report import console_lines
 
     lines = console_lines(_with_accuracy())
     assert lines[0].startswith("accuracy by length (openvino/bf16/tokens-2048): 1-16 tokens n=40 cos 0.99999")
@@ -54,7 +54,7 @@ def test_console_names_the_winners_buckets_and_task_figures():
 
 
 def test_a_run_without_them_has_no_empty_sections(tmp_path):
-    from infertune.report import write_report
+    from infertune.tasks.embedding.report import write_report
 
     page = write_report(inputs.tune(), tmp_path / "report.html").read_text()
     assert "Accuracy per length bucket" not in page and "Task metrics" not in page

@@ -8,7 +8,7 @@ from infertune.page import e, folded, table
 from infertune.plots import figure_svg
 from infertune.plots import fmt as _f
 from infertune.results import CandidateResult, TuneResult
-from infertune.tune_plots import BLUE, GREEN, GREY, RED, numbered
+from infertune.tasks.embedding.plots import BLUE, GREEN, GREY, RED, numbered
 
 
 def _budget(result: TuneResult) -> dict:

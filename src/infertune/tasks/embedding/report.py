@@ -1,6 +1,6 @@
 """Human output of a tune run: a console table and a self-contained HTML report (report.html): a summary
 card (the answer, the speedup with n and spread, the next command), the candidates with the winner
-highlighted and SLO misses marked, and offline plots (tune_plots.py)."""
+highlighted and SLO misses marked, and offline plots (plots.py)."""
 
 from __future__ import annotations
 
@@ -8,27 +8,17 @@ import json
 from pathlib import Path
 
 from infertune.page import card, document, e, folded, no_winner_card, table
-from infertune.plots import figure_svg  # noqa: F401  (re-exported: older imports use infertune.report.figure_svg)
 from infertune.plots import fmt as _f
 from infertune.results import TuneResult
-from infertune.tune_plots import decision_p99, misses_slo, numbered, slo_limit, tune_plots
-from infertune.tuning.summary import search_lines
+from infertune.tasks.embedding.plots import decision_p99, misses_slo, numbered, slo_limit, tune_plots
+from infertune.tuning.summary import print_search, search_lines
 
 
 def print_summary(result: TuneResult) -> None:
+    """The embedding tune's console table, its skipped and failed candidates, accuracy lines and decision."""
     from rich.console import Console
     from rich.table import Table
 
-    if result.kind == "causal-lm" and result.lm.get("engine") == "vllm":
-        from infertune.tasks.causal_lm.served_report import print_served_summary
-
-        print_served_summary(result)
-        return print_search(result)
-    if result.kind == "causal-lm":
-        from infertune.llm.report import print_lm_summary
-
-        print_lm_summary(result)
-        return print_search(result)
     con = Console(stderr=True)
     if not con.is_terminal:
         con = Console(stderr=True, width=200)
@@ -53,7 +43,7 @@ def print_summary(result: TuneResult) -> None:
     for r in order:
         if r.status in ("skipped", "failed", "rejected") and r.reason:
             con.print(f"  [dim]{r.status}[/] {r.name}: {r.reason}", highlight=False)
-    from infertune.accuracy_report import console_lines
+    from infertune.tasks.embedding.accuracy_report import console_lines
 
     for line in console_lines(result):
         con.print(f"  {line}", highlight=False)
@@ -63,15 +53,6 @@ def print_summary(result: TuneResult) -> None:
     con.print(f"results: {result.out_dir}/results.json  report: {result.out_dir}/report.html", highlight=False)
     if result.next_command:
         con.print(f"next: [bold]{result.next_command}[/]", highlight=False)
-
-
-def print_search(result: TuneResult, con=None) -> None:
-    if con is None:
-        from rich.console import Console
-
-        con = Console(stderr=True)
-    for line in search_lines(result):
-        con.print(f"[dim]{line}[/]", highlight=False)
 
 
 def _card(result: TuneResult) -> str:
@@ -155,7 +136,7 @@ def _tables(result: TuneResult) -> str:
 
 def _accuracy_sections(result: TuneResult) -> str:
     """Per length bucket (plot, then a table per candidate) and the user's task metrics, after the candidates."""
-    from infertune.accuracy_report import bucket_svg, bucket_tables, task_table
+    from infertune.tasks.embedding.accuracy_report import bucket_svg, bucket_tables, task_table
 
     out = ""
     if (tasks := task_table(result)):

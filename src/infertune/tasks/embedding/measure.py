@@ -22,18 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from infertune.results import Latency, Measurement
+from infertune.results import Measurement, latency_stats
 
 ESTIMATOR_PERCENTILE = 100  # items_per_s = this percentile of the per-pass throughputs: the best pass
-
-
-def latency_stats(samples_ms: Sequence[float]) -> Latency:
-    if not len(samples_ms):
-        return Latency()
-    a = np.asarray(samples_ms, dtype=float)
-    p = np.percentile(a, [5, 50, 95, 99])
-    return Latency(p5=float(p[0]), p50=float(p[1]), p95=float(p[2]), p99=float(p[3]), max=float(a.max()),
-                   mean=float(a.mean()), n=int(a.size))
 
 
 def summarize(passes: Sequence[dict[str, Any]], peak_rss_mb: float | None = None,

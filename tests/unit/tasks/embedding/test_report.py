@@ -5,7 +5,7 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "fixtures"))
 import report_inputs as inputs  # noqa: E402
 
 OUTSIDE = re.compile(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//|<script|<link|@import|url\(\s*["']?https?:""", re.I)
@@ -16,7 +16,7 @@ def _card(page: str) -> str:
 
 
 def test_winner_report_answers_on_top_with_speedup_n_spread_and_next_command(tmp_path):
-    from infertune.report import write_report
+    from infertune.tasks.embedding.report import write_report
 
     page = write_report(inputs.tune(), tmp_path / "report.html").read_text()
     card = _card(page)
@@ -30,8 +30,8 @@ def test_winner_report_answers_on_top_with_speedup_n_spread_and_next_command(tmp
 
 def test_the_p99_shown_is_the_p99_the_decision_checks():
     from infertune.config import SLO, TuneConfig
+    from infertune.tasks.embedding.plots import decision_p99
     from infertune.tasks.embedding.task import EmbeddingTask
-    from infertune.tune_plots import decision_p99
 
     res = inputs.tune()
     task = EmbeddingTask(TuneConfig(slo=SLO(p99_ms=100)), None, None)
@@ -42,7 +42,7 @@ def test_the_p99_shown_is_the_p99_the_decision_checks():
 
 
 def test_winner_row_shows_decision_p99_and_memory(tmp_path):
-    from infertune.report import write_report
+    from infertune.tasks.embedding.report import write_report
 
     page = write_report(inputs.tune(), tmp_path / "report.html").read_text()
     row = re.search(r'<tr class="winner">(.*?)</tr>', page).group(1)
@@ -53,7 +53,7 @@ def test_winner_row_shows_decision_p99_and_memory(tmp_path):
 
 
 def test_no_winner_report_says_so_and_what_would_admit_the_fastest(tmp_path):
-    from infertune.report import write_report
+    from infertune.tasks.embedding.report import write_report
 
     page = write_report(inputs.tune_no_winner(), tmp_path / "report.html").read_text()
     card = _card(page)
@@ -70,7 +70,7 @@ def test_pareto_labels_do_not_overlap_even_when_points_crowd():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from infertune.tune_plots import place_labels
+    from infertune.tasks.embedding.plots import place_labels
 
     fig, ax = plt.subplots(figsize=(6, 4))
     pts = [(100 + i * 0.5, 1e-5 * (1 + 0.02 * i), str(i + 1)) for i in range(8)]  # eight points in one spot

@@ -12,7 +12,7 @@ from accuracy_helpers import TableWorker, fake, hard_pairs, verifying_task
 
 from infertune.config import AccuracyBudget, TuneConfig
 from infertune.errors import InfertuneError
-from infertune.task_eval import load_callable, load_pairs, parse_metrics, retrieval
+from infertune.tasks.embedding.task_eval import load_callable, load_pairs, parse_metrics, retrieval
 
 
 def test_retrieval_counts_ranks():
@@ -219,8 +219,8 @@ def test_a_causal_lm_refuses_the_embedding_task_flags(tmp_path):
 
     from rich.console import Console
 
-    from infertune.tuning.driver import make_task
+    from infertune.tune import make_task
 
-    llama = str(Path(__file__).parent / "configs" / "llama-3-8b.json")
+    llama = str(Path(__file__).parents[2] / "configs" / "llama-3-8b.json")
     with pytest.raises(InfertuneError, match="--eval-pairs and --eval score embeddings"):
         make_task(TuneConfig(model=llama, eval_fn="m:f"), Console(quiet=True))

@@ -9,17 +9,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from infertune.config import AccuracyBudget
+from infertune.models.embedding import row_cosines, unit
 from infertune.results import Accuracy, BucketAccuracy, TaskMetric
-
-
-def unit(x: np.ndarray) -> np.ndarray:
-    """Rows scaled to length 1 (a zero row stays zero)."""
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-
-
-def row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Cosine of each row of `a` with the same row of `b` (a zero row counts as cosine 0)."""
-    return (unit(a) * unit(b)).sum(1)
 
 
 def topk_per_item(ref: np.ndarray, got: np.ndarray, k: int = 10) -> np.ndarray:

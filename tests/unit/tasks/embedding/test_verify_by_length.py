@@ -6,7 +6,7 @@ from accuracy_helpers import EngineWorker, fake, verifying_task, words
 
 from infertune.config import AccuracyBudget, TuneConfig
 from infertune.results import Accuracy, BucketAccuracy
-from infertune.verify import admitting_flags, compare, within_budget
+from infertune.tasks.embedding.verify import admitting_flags, compare, within_budget
 
 N_LONG = 41
 
