@@ -49,7 +49,7 @@ def _prepare(setup, cand: Candidate):
 
 def _round_trip(emb, cand: Candidate, spec, root: Path, texts: list[str]) -> np.ndarray:
     """Save like `tune` does (files + manifest), load with `artifact.load_embedder`, embed again."""
-    from infertune.artifact import FORMAT, MANIFEST, load_embedder
+    from infertune.tasks.embedding.artifact import FORMAT, MANIFEST, load_embedder
 
     files = emb.save(root)
     manifest = {"format": FORMAT, "kind": "embedding", "model": spec.name,

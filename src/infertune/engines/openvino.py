@@ -172,7 +172,8 @@ class OpenVino(Backend):
 
 
 def load_artifact(root: Path, manifest: dict[str, Any], candidate: Candidate, device: str) -> OpenVinoEmbedder:
-    """A saved OpenVINO IR artifact (model.xml + model.bin + tokenizer/), as infertune.artifact.load_embedder asks."""
+    """A saved OpenVINO IR artifact (model.xml + model.bin + tokenizer/), as tasks/embedding/artifact.py:load_embedder
+    asks."""
     files = manifest["files"]
     spec = EmbeddingSpec(**manifest["embedding"], path=str(root / files["tokenizer"]))
     return OpenVinoEmbedder.load(root / files["openvino"], spec, load_tokenizer(spec), device,

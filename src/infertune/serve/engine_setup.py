@@ -45,7 +45,7 @@ def load_engine(model: str, device: str, settings: dict[str, Any], *, threads: i
         import torch
 
         torch.set_num_threads(threads or 1)
-    from infertune.artifact import load_model
+    from infertune.tasks.embedding.artifact import load_model
 
     emb = load_model(model, device, **(load_opts or {}))
     if device == "cuda":

@@ -140,7 +140,7 @@ def test_the_dimensions_option_takes_a_whole_number_or_auto():
 
 
 def test_the_artifact_records_the_dims_accuracy_was_judged_on():
-    from infertune.artifact import _judged_dims
+    from infertune.tasks.embedding.artifact import _judged_dims
 
     def res(want, chosen=None):
         return SimpleNamespace(config={"dimensions": want},

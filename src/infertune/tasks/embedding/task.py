@@ -310,7 +310,7 @@ class EmbeddingTask(Task):
 
     # --- outputs -------------------------------------------------------------------------------
     def save_artifact(self, run, result: TuneResult, out: Path) -> None:
-        from infertune.artifact import write_manifest
+        from infertune.tasks.embedding.artifact import write_manifest
         from infertune.tuning.worker import WorkerFailed
 
         c = run.cands[result.winner.name]
