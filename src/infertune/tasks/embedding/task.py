@@ -35,7 +35,7 @@ class EmbeddingTask(Task):
 
     # --- setup ---------------------------------------------------------------------------------
     def load(self, out: Path) -> TuneResult:
-        from infertune.fingerprint import fingerprint
+        from infertune.hardware.fingerprint import fingerprint
         from infertune.models.embedding import embedding_spec, load_tokenizer
 
         _quiet_libraries()
