@@ -1,7 +1,7 @@
 """ONNX Runtime: export once (verified against PyTorch), optionally quantize to int8 (dynamic, or static
 QDQ with activation ranges calibrated on the workload's calibration texts), run on the CPU provider, or on
 CUDA's on a GPU when this onnxruntime build has it. The TensorRT execution provider is not used: the TensorRT
-route is `infertune export` + the trtexec script it writes (export/tensorrt.py)."""
+route is `infertune export` + the trtexec script it writes (plan/tensorrt.py)."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ class OnnxRuntime(Backend):
     @classmethod
     def prepare(cls, spec: EmbeddingSpec, candidate: Candidate, device: str, workdir: Path,
                 calibration: Sequence[str] = ()) -> Embedder:
-        from infertune.export.onnx import export_encoder, verify_export
+        from infertune.engines.onnx_export import export_encoder, verify_export
 
         base = workdir / "onnx" / "model.onnx"
         info: dict[str, Any] = {}

@@ -151,7 +151,7 @@ class OpenVino(Backend):
                 calibration: Sequence[str] = ()) -> Embedder:
         import openvino as ov
 
-        from infertune.export.onnx import export_encoder
+        from infertune.engines.onnx_export import export_encoder
 
         if reason := cls.available(candidate, device):
             raise InfertuneError(reason)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from infertune.export.tensorrt import (
+from infertune.plan.planner import PlanConfig, plan
+from infertune.plan.tensorrt import (
     length_profiles,
     script,
     tool_flags,
@@ -23,7 +24,6 @@ from infertune.export.tensorrt import (
     trtexec_build,
     trtllm_steps,
 )
-from infertune.plan.planner import PlanConfig, plan
 from infertune.workloads.texts import sample_path
 
 CONFIGS = Path(__file__).parents[1] / "configs"

@@ -13,7 +13,7 @@ def texts():
 
 @pytest.mark.slow
 def test_sensitivity_then_smallest_keep_set_meets_budget(texts):
-    from infertune.quantize.mixed import search
+    from infertune.tasks.embedding.mixed import search
 
     spec = embedding_spec("minilm").to_dict()
     strict = search(spec, texts, min_cosine_mean=0.999, min_cosine_min=0.998)
@@ -37,7 +37,7 @@ def _cosines_keeping(spec: dict, texts: list[str], keep: list[str]) -> tuple[flo
     from infertune.config import Batching, Candidate
     from infertune.engines.torch_eager import TorchEmbedder
     from infertune.models.embedding import EmbeddingSpec, load_tokenizer, row_cosines
-    from infertune.quantize.mixed import Quantizer
+    from infertune.tasks.embedding.mixed import Quantizer
 
     es = EmbeddingSpec(**spec)
     tok = load_tokenizer(es)
@@ -56,7 +56,7 @@ def test_torchao_quantizer_per_layer_and_the_kept_set(texts):
     """The GPU path's quantizer (torchao), run on this CPU: one layer at a time, then all but the kept ones."""
     import torch
 
-    from infertune.quantize.mixed import Quantizer, search
+    from infertune.tasks.embedding.mixed import Quantizer, search
 
     spec = embedding_spec("minilm")
     qz = Quantizer(spec, "torchao-int8-dyn", "cpu")
@@ -76,7 +76,7 @@ def test_torchao_quantizer_per_layer_and_the_kept_set(texts):
 
 
 def test_unknown_quantizer_is_refused():
-    from infertune.quantize.mixed import Quantizer
+    from infertune.tasks.embedding.mixed import Quantizer
 
     with pytest.raises(ValueError, match="no mixed-precision quantizer"):
         Quantizer(embedding_spec("minilm"), "torchao-fp8", "cpu")
