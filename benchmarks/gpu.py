@@ -39,8 +39,8 @@ def _cuda() -> str | None:
 def graphs(rep: Report, repeats: int) -> None:
     import torch
 
-    from infertune.artifact import load_model
-    from infertune.backends.graphs import with_graphs
+    from infertune.engines.graphs import with_graphs
+    from infertune.tasks.embedding.artifact import load_model
 
     model = os.environ.get("INFERTUNE_TEST_MINILM", "minilm")
     eager = load_model(model, "cuda")

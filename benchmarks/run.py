@@ -48,7 +48,7 @@ def main() -> int:
     out = a.out or ROOT / "runs" / "bench-suite" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
 
-    from infertune.fingerprint import fingerprint
+    from infertune.hardware.fingerprint import fingerprint
 
     env = fingerprint().model_dump(mode="json")
     load0 = os.getloadavg()

@@ -1,8 +1,8 @@
 """Batching pays: `infertune serve` of the artifact `infertune tune --quick` wrote, against the naive FastAPI
 server people write (one request, one forward pass, fp32 MiniLM; scripts/bench_serve_vs_naive.py), on the
-same box, model family and texts, measured side by side by `infertune.peers.compare` (the same closed-loop
-`infertune bench` point for both, in rounds whose order rotates). Concurrency 32, one short mixed-length text
-per request. Goal: infertune serve >= 2x the naive server's items/s (median of the per-round ratios).
+same box, model family and texts, measured side by side by `infertune.tasks.embedding.peers.compare` (the same
+closed-loop `infertune bench` point for both, in rounds whose order rotates). Concurrency 32, one short
+mixed-length text per request. Goal: infertune serve >= 2x the naive server's items/s (median of the per-round ratios).
 
 The suite (tests/integration/serve/test_serve_load.py) checks that the tuned artifact is served under this
 load without errors, in batches, with the vectors it gives when run directly; this measures how much faster.
@@ -66,7 +66,7 @@ def tuned_artifact(out: Path, rep: Report) -> Path:
 def run(rep: Report, repeats: int, out: Path, artifact: str | None = None) -> None:
     from bench_serve_vs_naive import naive, ours, sample_texts
 
-    from infertune.peers import compare
+    from infertune.tasks.embedding.peers import compare
 
     art = Path(artifact or os.environ.get("BENCH_ARTIFACT") or tuned_artifact(out / "tune", rep))
     texts = [t for t in sample_texts(2) if len(t) <= 250]  # <= 252 tokens: nothing over MiniLM's 256

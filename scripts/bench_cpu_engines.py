@@ -70,7 +70,7 @@ def main() -> None:
 
     torch.set_num_threads(a.threads)
     from infertune.config import Batching, Candidate
-    from infertune.fingerprint import fingerprint
+    from infertune.hardware.fingerprint import fingerprint
     from infertune.models.embedding import embedding_spec, load_tokenizer
     from infertune.registry import load_backend
     from infertune.workloads.buckets import stratified_split, stratified_subsample

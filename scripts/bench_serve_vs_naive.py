@@ -44,7 +44,7 @@ def naive_server(model: str, host: str, port: int) -> None:
     import uvicorn
     from fastapi import FastAPI
 
-    from infertune.artifact import load_model
+    from infertune.tasks.embedding.artifact import load_model
 
     emb = load_model(model, "cpu")
     emb.embed(["warm up"])

@@ -1,7 +1,9 @@
 """The shape of the source tree, counted: `python scripts/structure.py [--json] [--root src/infertune]`.
 
-- the import graph by package (a folder under the root; modules at the root count as "root"), its edges and the
-  number of layers (the longest chain of packages, each importing the next), or the package-level cycles;
+- the import graph by package (a folder under the root), its edges and the number of layers (the longest chain of
+  packages, each importing the next), or the package-level cycles. Modules at the root are two nodes: "api" (the
+  package's `__init__`, `_api.py` and the verbs kept at the root, API_MODULES) and "root" (the foundations:
+  errors, config, results, registry, ...), which import no package; a tree without `_api.py` has "root" only;
 - module-level import circles (a module that imports one that imports it back, directly or through others);
 - every module over 400 lines and every function over 80 lines.
 
@@ -21,6 +23,9 @@ from pathlib import Path
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80
 ROOT_PACKAGE = "root"
+API_PACKAGE = "api"
+# modules at the root that make the public API (with the package's __init__ and _api.py): the verbs that live there
+API_MODULES = ("_api", "tune", "inspect", "inspect_meta")
 
 
 def modules(root: Path) -> dict[str, Path]:
@@ -97,22 +102,34 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
-def package_of(module: str, packages: set[str]) -> str:
-    """infertune.serve.http -> serve; infertune.tune or infertune itself -> root."""
+def package_of(module: str, packages: set[str], api: set[str] = frozenset()) -> str:
+    """infertune.serve.http -> serve; infertune.errors -> root; infertune.tune or infertune itself -> api when
+    `api` names it (api_modules), else root."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and ".".join(parts[:2]) in packages else ROOT_PACKAGE
+    if len(parts) > 1 and ".".join(parts[:2]) in packages:
+        return parts[1]
+    return API_PACKAGE if module in api else ROOT_PACKAGE
+
+
+def api_modules(graph: dict[str, set[str]], root: Path) -> set[str]:
+    """The root modules of the public API: the package itself, _api and API_MODULES, where the tree has _api.py."""
+    top = root.name
+    if f"{top}._api" not in graph:
+        return set()
+    return {top} | {f"{top}.{m}" for m in API_MODULES if f"{top}.{m}" in graph}
 
 
 def package_graph(graph: dict[str, set[str]], root: Path) -> dict[str, set[str]]:
     """Package -> the packages it imports (self-imports left out)."""
     top = root.name
     packages = {f"{top}.{d.name}" for d in root.iterdir() if d.is_dir() and (d / "__init__.py").exists()}
+    api = api_modules(graph, root)
     pg: dict[str, set[str]] = {}
     for m, targets in graph.items():
-        a = package_of(m, packages)
+        a = package_of(m, packages, api)
         pg.setdefault(a, set())
         for t in targets:
-            b = package_of(t, packages)
+            b = package_of(t, packages, api)
             pg.setdefault(b, set())
             if a != b:
                 pg[a].add(b)
@@ -123,10 +140,11 @@ def two_way(graph: dict[str, set[str]], root: Path) -> list[dict]:
     """Package pairs that import each other, with the module imports that make each direction."""
     top = root.name
     packages = {f"{top}.{d.name}" for d in root.iterdir() if d.is_dir() and (d / "__init__.py").exists()}
+    api = api_modules(graph, root)
     by_pair: dict[tuple[str, str], list[str]] = {}
     for m, targets in graph.items():
         for t in targets:
-            a, b = package_of(m, packages), package_of(t, packages)
+            a, b = package_of(m, packages, api), package_of(t, packages, api)
             if a != b:
                 by_pair.setdefault((a, b), []).append(f"{m} -> {t}")
     return [{"packages": [a, b], "forward": sorted(by_pair[(a, b)]), "back": sorted(by_pair[(b, a)])}
@@ -181,6 +199,7 @@ def structure(root: Path) -> dict:
     pg = package_graph(graph, root)
     return {
         "modules": len(graph),
+        "api_modules": sorted(api_modules(graph, root)),
         "packages": {k: sorted(v) for k, v in sorted(pg.items())},
         "package_edges": sum(len(v) for v in pg.values()),
         "layers": layers(pg),
@@ -195,6 +214,8 @@ def structure(root: Path) -> dict:
 def render(s: dict) -> str:
     lines = [f"{s['modules']} modules in {len(s['packages'])} packages, {s['package_edges']} package edges"]
     lines += [f"  {p:<10} -> {', '.join(t) or '-'}" for p, t in s["packages"].items()]
+    if s["api_modules"]:
+        lines.append(f"  (api: {', '.join(s['api_modules'])}; root: the other modules at the package root)")
     if s["layers"] is None:
         lines.append("layers: none (package-level cycles)")
         lines += [f"  cycle: {' <-> '.join(c)}" for c in s["package_cycles"]]

@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from infertune.inspect import inspect_model
     from infertune.plan.planner import plan
     from infertune.serve.app import serve
-    from infertune.tuning.driver import tune
+    from infertune.tune import tune
     from infertune.validate.runner import validate
 else:
     for _name, (_target, _module) in COMMANDS.items():

@@ -22,7 +22,7 @@ from typing import Any
 
 # name -> (function "module:attr", the subpackage/module that shares the name or None)
 COMMANDS: dict[str, tuple[str, str | None]] = {
-    "tune": ("infertune.tuning.driver:tune", "infertune.tune"),
+    "tune": ("infertune.tune:tune", "infertune.tune"),
     "serve": ("infertune.serve.app:serve", "infertune.serve"),
     "bench": ("infertune.bench.runner:bench", "infertune.bench"),
     "doctor": ("infertune.doctor.checks:doctor", "infertune.doctor"),

@@ -39,7 +39,7 @@ class Engine:
 
 @dataclass(frozen=True)
 class Rescue:
-    """How mixed precision rescues an over-budget candidate of a quantizer on one device (quantize/mixed.py)."""
+    """How mixed precision rescues an over-budget candidate of a quantizer on one device (tasks/embedding/mixed.py)."""
 
     search: str  # the quantizer whose per-layer sensitivity is measured (its rounding stands in for this one's)
     engine: str  # the mixed candidate's engine, unless the rescued candidate ran on another
@@ -63,7 +63,7 @@ PRECISION_NEEDS: dict[str, dict[str, tuple[str, ...]]] = {
     "fp8": {"cuda": ("gpu-fp8",)},
 }
 
-_B = "infertune.backends."
+_B = "infertune.engines."
 ENGINES: dict[str, Engine] = {
     "st-naive": Engine(_B + "st_naive:SentenceTransformerNaive"),
     "torch-eager": Engine(_B + "torch_eager:TorchEager", rank=0, first_run={"cuda": "capture"},

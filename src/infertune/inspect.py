@@ -111,7 +111,7 @@ def _sensitivity(cfg: InspectConfig, ref) -> tuple[list[dict[str, Any]], str]:
                              "`infertune tune`, or an embedding model directory (sensitivity is then measured here "
                              "on the sample workload)")
     from infertune.models.embedding import embedding_spec
-    from infertune.quantize.mixed import search
+    from infertune.tasks.embedding.mixed import search
     from infertune.workloads.texts import load_workload
 
     texts = load_workload(None).items[: cfg.sensitivity_texts]

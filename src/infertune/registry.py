@@ -77,5 +77,5 @@ def rescued(device: str) -> tuple[str, ...]:
 
 
 def search_methods(device: str) -> tuple[str, ...]:
-    """The quantizers quantize/mixed.py measures per-layer sensitivity with on `device`."""
+    """The quantizers tasks/embedding/mixed.py measures per-layer sensitivity with on `device`."""
     return tuple(dict.fromkeys(q.rescue[device].search for q in QUANTS.values() if device in q.rescue))

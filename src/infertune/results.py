@@ -7,6 +7,7 @@ Contract (read by other tools; extend, never rename): results.json has `baseline
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -24,6 +25,18 @@ class Latency(BaseModel):
     max: float | None = None
     mean: float | None = None
     n: int = 0
+
+
+def latency_stats(samples_ms: Sequence[float]) -> Latency:
+    """P5/P50/P95/P99, max, mean and n of latency samples in ms (no samples: an empty Latency)."""
+    import numpy as np
+
+    if not len(samples_ms):
+        return Latency()
+    a = np.asarray(samples_ms, dtype=float)
+    p = np.percentile(a, [5, 50, 95, 99])
+    return Latency(p5=float(p[0]), p50=float(p[1]), p95=float(p[2]), p99=float(p[3]), max=float(a.max()),
+                   mean=float(a.mean()), n=int(a.size))
 
 
 class BucketAccuracy(BaseModel):
@@ -97,7 +110,7 @@ class Measurement(BaseModel):
     peak_rss_mb: float | None = None
     peak_gpu_mb: float | None = None
     passes: int
-    # GPU passes that overlap tokenization with the device (backends/overlap.py): the share of the timed wall the
+    # GPU passes that overlap tokenization with the device (engines/overlap.py): the share of the timed wall the
     # worker's main thread spent waiting for token ids and for the device; absent for other passes
     wait_share: dict[str, float] | None = None
 
@@ -199,5 +212,5 @@ class TuneResult(BaseModel):
     # --dimensions auto (embeddings): the prefix chosen on the reference, every prefix tried, what it saves
     dimensions: dict[str, Any] = {}
     # --peers: the tuned artifact under `infertune serve` and engines users know (vLLM's pooling runner), each in
-    # its own process, measured side by side over HTTP on the same texts (infertune.peers.PeerResult dicts)
+    # its own process, measured side by side over HTTP on the same texts (tasks/embedding/peers.py: PeerResult dicts)
     peers: list[dict[str, Any]] = []

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infertune.verify import row_cosines
+from infertune.models.embedding import row_cosines
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 from tiny_models import tiny_model_dir  # noqa: E402
@@ -25,8 +25,8 @@ def test_graphs_replay_the_eager_vectors():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from infertune.artifact import load_model
-    from infertune.backends.graphs import with_graphs
+    from infertune.engines.graphs import with_graphs
+    from infertune.tasks.embedding.artifact import load_model
 
     model = os.environ.get("INFERTUNE_TEST_MINILM", "minilm")  # the GPU image has no embedded-model package
     eager = load_model(model, "cuda")
@@ -48,9 +48,9 @@ def test_graphs_replay_the_eager_vectors():
 def _packed_graphs_equal_alone(emb, mode: str):
     """`emb` wrapped by with_graphs(mode) as packed graphs; on TEXTS the first forward (packing check, capture and
     its check) and the second (a replay) both give each text's vector run alone (half-precision bound)."""
-    from infertune.backends.graphs import with_graphs
-    from infertune.backends.packed_graphs import PackedGraphEmbedder
-    from infertune.backends.torch_eager import TorchEmbedder
+    from infertune.engines.graphs import with_graphs
+    from infertune.engines.packed_graphs import PackedGraphEmbedder
+    from infertune.engines.torch_eager import TorchEmbedder
 
     g, why = with_graphs(emb, mode)
     assert isinstance(g, PackedGraphEmbedder), why
@@ -70,7 +70,7 @@ def test_packed_graphs_give_each_text_alone(tmp_path):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from infertune.artifact import load_model
+    from infertune.tasks.embedding.artifact import load_model
 
     d = tiny_model_dir(tmp_path, "Qwen3-Embedding-tiny", {
         "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 256, "intermediate_size": 512,
@@ -92,7 +92,7 @@ def test_packed_encoder_graphs_give_each_text_alone():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from infertune.artifact import load_model
+    from infertune.tasks.embedding.artifact import load_model
 
     emb = load_model(os.environ.get("INFERTUNE_TEST_MINILM", "minilm"), "cuda")
     emb.model.half()

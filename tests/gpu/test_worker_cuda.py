@@ -10,7 +10,7 @@ import pytest
 
 SCRIPT = """
 import json
-from infertune import worker
+from infertune.tuning import worker
 free, total = worker.run_isolated("torch.cuda:mem_get_info", {}, 300)  # needs a CUDA context in the worker
 print(json.dumps({"free": free, "total": total, **worker.start_method()}))
 """

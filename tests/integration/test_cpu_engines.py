@@ -23,7 +23,7 @@ def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def setup(tmp_path_factory):
     """The model, 64 mixed-length eval texts, 32 other texts to calibrate on, and the torch fp32 vectors."""
     pytest.importorskip("torch")
-    from infertune.backends.torch_eager import TorchEager
+    from infertune.engines.torch_eager import TorchEager
     from infertune.models.embedding import embedding_spec
     from infertune.workloads.texts import load_workload
 
@@ -49,7 +49,7 @@ def _prepare(setup, cand: Candidate):
 
 def _round_trip(emb, cand: Candidate, spec, root: Path, texts: list[str]) -> np.ndarray:
     """Save like `tune` does (files + manifest), load with `artifact.load_embedder`, embed again."""
-    from infertune.artifact import FORMAT, MANIFEST, load_embedder
+    from infertune.tasks.embedding.artifact import FORMAT, MANIFEST, load_embedder
 
     files = emb.save(root)
     manifest = {"format": FORMAT, "kind": "embedding", "model": spec.name,
@@ -111,7 +111,7 @@ def test_onnxruntime_static_int8_is_close_and_quantized(setup, tmp_path):
 
 
 def test_openvino_says_why_not(setup, ov):
-    from infertune.backends.openvino import OpenVino
+    from infertune.engines.openvino import OpenVino
 
     assert OpenVino.available(Candidate(backend="openvino"), "cuda") == "OpenVINO runs on the CPU here"
     assert "nncf-ptq" in OpenVino.available(Candidate(backend="openvino", precision="int8"), "cpu")

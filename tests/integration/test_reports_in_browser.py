@@ -71,7 +71,7 @@ def _render(kind: str, tmp_path: Path) -> Path:
 
         write_lm_report(inputs.tune(inputs.TUNE_LM), out)
     elif kind.startswith("tune"):
-        from infertune.report import write_report
+        from infertune.tasks.embedding.report import write_report
 
         write_report(inputs.tune() if kind == "tune-winner" else inputs.tune_no_winner(), out)
     elif kind.startswith("bench"):

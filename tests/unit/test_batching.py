@@ -124,9 +124,9 @@ def test_plan_by_cost_costs_the_rows_an_engine_really_runs():
     cost model it is no worse than the plan made without knowing the rounding."""
     import random
 
-    from infertune.backends.cuda_graphs import graph_rows
     from infertune.batching import plan_by_cost
     from infertune.config import Batching
+    from infertune.engines.cuda_graphs import graph_rows
 
     rng = random.Random(3)
     policy = Batching(kind="tokens", size=1 << 20, max_items=1 << 20)

@@ -251,7 +251,7 @@ def _stubs(monkeypatch) -> list[str]:
         called.append("serve")
         return ServeResult.model_construct()
 
-    for mod, name, fn in ((infertune.tuning.driver, "tune", tune), (infertune.tune, "tune", tune),
+    for mod, name, fn in ((infertune.tuning.driver, "run", tune), (infertune.tune, "tune", tune),
                           (infertune.bench.runner, "bench", bench), (infertune.validate.runner, "validate", validate),
                           (infertune.serve.app, "serve", serve)):
         monkeypatch.setattr(mod, name, fn)

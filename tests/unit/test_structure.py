@@ -81,3 +81,18 @@ def test_cli_prints_json(st, tmp_path, capsys):
     assert st.main(["--json", "--root", str(root)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["modules"] == 2 and out["layers"] == 1 and out["packages"] == {"root": []}
+
+
+def test_a_tree_with_an_api_module_splits_its_root_into_api_and_root(st, tmp_path):
+    root = _write(tmp_path, {
+        "__init__.py": "from pkg._api import X\n",
+        "_api.py": "X = 1\n",
+        "tune.py": "from pkg.a import thing\n",                   # a verb at the root: api -> a
+        "errors.py": "",                                           # a foundation: root
+        "a/__init__.py": "",
+        "a/m.py": "from pkg.errors import E\nthing = 1\n",        # a -> root, no cycle with the verb
+    })
+    s = st.structure(root)
+    assert s["api_modules"] == ["pkg", "pkg._api", "pkg.tune"]
+    assert s["packages"] == {"api": ["a"], "a": ["root"], "root": []}
+    assert s["layers"] == 3

@@ -188,7 +188,7 @@ def bench(cfg: BenchConfig, log: Log | None = None) -> BenchResult:
     wall0 = time.monotonic()
     slo = parse_slo(cfg.slo, cfg.max_error_rate, cfg.streaming, cfg.slo_keepup) if cfg.slo else None
     model, req, ready, warnings = wait_for_server(cfg, log)
-    from infertune.fingerprint import fingerprint
+    from infertune.hardware.fingerprint import fingerprint
 
     env = fingerprint()
     loads = [("rate", r) for r in cfg.rates] + [("concurrency", c) for c in cfg.concurrency]

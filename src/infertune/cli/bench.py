@@ -152,8 +152,8 @@ def _compare(url, compare, api, workload, concurrency, duration, warmup, rounds,
 
     from infertune.console import console
     from infertune.errors import InfertuneError
-    from infertune.peers import compare as run_compare
-    from infertune.peers import table
+    from infertune.tasks.embedding.peers import compare as run_compare
+    from infertune.tasks.embedding.peers import table
     from infertune.workloads.texts import load_workload
 
     if api != "embeddings":

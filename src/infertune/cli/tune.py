@@ -166,7 +166,7 @@ def tune_cmd(
         drop_below=drop_below, keep_exports=keep_exports,
     )
     result = tune(cfg)
-    from infertune.report import print_summary
+    from infertune.tune import print_summary
 
     print_summary(result)
     if as_json:

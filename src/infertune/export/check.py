@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from infertune.verify import row_cosines
+from infertune.models.embedding import row_cosines
 from infertune.workloads.buckets import bucket_label, bucket_of
 
 MIN_COSINE = 0.9999

@@ -19,9 +19,9 @@ DEFAULT_BATCH = 8  # trtllm-build's own default for --max_batch_size
 
 def export_generator(cfg: Any, ref: Any, wl: Any, out: Path, t0: float):
     from infertune.export.config import ExportResult
-    from infertune.export.tensorrt import script, trtllm_steps
     from infertune.models.kind import config_file
     from infertune.plan.arch import arch_from_config, load_config
+    from infertune.plan.tensorrt import script, trtllm_steps
     from infertune.workloads.chat import load_chat_workload
 
     if ref.format == "gguf":

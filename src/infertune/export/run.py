@@ -1,6 +1,6 @@
 """`infertune export`: the model in a portable format, checked against the original on the user's inputs.
 
-ONNX is written by the exporter tune uses (export/onnx.py), OpenVINO IR is read from that ONNX and saved as the
+ONNX is written by the exporter tune uses (engines/onnx_export.py), OpenVINO IR is read from that ONNX and saved as the
 OpenVINO backend saves it, and both are run through the backends' own Embedders for the check, so what export
 writes is what tune measured. Next to the model: report.json (per-bucket cosine, opset, dynamic axes, inputs),
 the tokenizer, and for ONNX a tensorrt.sh with the trtexec build for the workload's lengths. A causal LM gets
@@ -120,7 +120,7 @@ class _Source:
                                call="script" if self.script is not None else "hf")
 
     def write_onnx(self, out: Path, dummy: dict[str, np.ndarray]) -> dict[str, Any]:
-        from infertune.export.onnx import export_encoder, export_torchscript
+        from infertune.engines.onnx_export import export_encoder, export_torchscript
 
         if self.script is not None:
             return export_torchscript(self.script, self.names, self.spec.pooling, dummy, out, self.cfg.opset)
@@ -133,12 +133,12 @@ def _embedder(cfg: ExportConfig, src: _Source, onnx_path: Path):
 
     spec = dataclasses.replace(src.spec, dim=src.spec.dim or 1)
     if cfg.to == "onnx":
-        from infertune.backends.onnxruntime import OrtEmbedder
+        from infertune.engines.onnxruntime import OrtEmbedder
 
         return OrtEmbedder(spec, src.tokenizer, onnx_path, "cpu", {})
     import openvino as ov
 
-    from infertune.backends.openvino import OpenVinoEmbedder
+    from infertune.engines.openvino import OpenVinoEmbedder
 
     return OpenVinoEmbedder(spec, src.tokenizer, ov.Core().read_model(str(onnx_path)), "cpu", {}, "fp32")
 
@@ -178,7 +178,7 @@ def export(cfg: ExportConfig) -> ExportResult:
     work = Path(tempfile.mkdtemp(prefix="infertune-export-")) if cfg.to == "openvino" else out
     onnx_path = work / "model.onnx"
     try:
-        from infertune.backends.base import Embedder
+        from infertune.engines.base import Embedder
 
         collate = Embedder(src.spec, tok)
         collate.needs_token_types = src.token_types
@@ -229,7 +229,7 @@ def _write(cfg: ExportConfig, emb, out: Path, src: _Source) -> list[str]:
 
 
 def _tensorrt_script(cfg: ExportConfig, out: Path, lengths: list[int], cap: int, inputs: tuple[str, ...]) -> Path:
-    from infertune.export.tensorrt import length_profiles, script, trtexec_bench, trtexec_build
+    from infertune.plan.tensorrt import length_profiles, script, trtexec_bench, trtexec_build
 
     profiles, _ = length_profiles(lengths, cap, cfg.batch_tokens)
     build = trtexec_build("model.onnx", "model.plan", profiles, inputs, cfg.precision, WORKSPACE_MIB)

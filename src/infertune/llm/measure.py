@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from infertune.measure import latency_stats
-from infertune.results import Latency
+from infertune.results import Latency, latency_stats
 
 
 def roofline_ms(weight_bytes: int, gb_per_s: float) -> float:

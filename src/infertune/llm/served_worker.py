@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from infertune.errors import InfertuneError
-from infertune.worker import WorkerFailed
+from infertune.tuning.worker import WorkerFailed
 
 
 class ServedWorker:

@@ -1,5 +1,5 @@
 """The process that holds one causal-LM candidate: load, quantize, build its engine, then answer the
-parent's commands (score, greedy, measure, save) until told to stop. Started by infertune.worker.Worker
+parent's commands (score, greedy, measure, save) until told to stop. Started by infertune.tuning.worker.Worker
 with job["serve"] = "infertune.llm.worker:serve"."""
 
 from __future__ import annotations
@@ -132,9 +132,9 @@ def save(model, spec, cand, path: Path) -> dict[str, Any]:
 
 
 def serve(conn, job: dict[str, Any]) -> None:
-    from infertune.worker import _peak_rss_mb, _setup
+    from infertune.tuning.worker import peak_rss_mb, setup
 
-    _setup(job.get("threads"))
+    setup(job.get("threads"))
     t0 = time.perf_counter()
     spec, cand, model, engine, executed = build(job)
     conn.send(("ok", {"prepare_s": time.perf_counter() - t0, "executed": executed}))
@@ -151,7 +151,7 @@ def serve(conn, job: dict[str, Any]) -> None:
                        "wall_s": time.perf_counter() - t}
             elif cmd == "measure":
                 out = _measure(engine, args)
-                out["peak_rss_mb"] = _peak_rss_mb()
+                out["peak_rss_mb"] = peak_rss_mb()
                 if job["device"] == "cuda":
                     import torch
 

@@ -12,10 +12,13 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infertune.errors import InfertuneError
 from infertune.models.resolve import ModelRef, resolve_model
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
 
 POOLINGS = ("mean", "cls", "max", "last", "mean_sqrt_len")
 
@@ -199,3 +202,15 @@ def pool(hidden, mask, kind: str):
         n = m.sum(1).clamp(min=1)
         out = s / (n.sqrt() if kind == "mean_sqrt_len" else n)
     return out.float()
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to length 1 (a zero row stays zero)."""
+    import numpy as np
+
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine of each row of `a` with the same row of `b` (a zero row counts as cosine 0)."""
+    return (unit(a) * unit(b)).sum(1)

@@ -1,5 +1,5 @@
 """Exact commands for the planned deployment: `vllm serve`, `docker run` and llama.cpp's `llama-server`
-(TensorRT's: export/tensorrt.py; the llm-compressor step that makes a quantized checkpoint:
+(TensorRT's: plan/tensorrt.py; the llm-compressor step that makes a quantized checkpoint:
 llm/checkpoint_step.py)."""
 
 from __future__ import annotations

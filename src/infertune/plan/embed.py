@@ -116,7 +116,7 @@ def vllm_pooling_cmd(model: str, *, decoder: bool, max_model_len: int, batch_tok
 def trt_steps(onnx: str, lengths: list[int], cap: int, tokens: int, inputs: tuple[str, ...], precision: str,
               g: dict) -> dict[str, Any]:
     """trtexec build (a profile per length bucket, capped at `cap`) and benchmark lines, as export writes them."""
-    from infertune.export.tensorrt import length_profiles, one_line, trtexec_bench, trtexec_build
+    from infertune.plan.tensorrt import length_profiles, one_line, trtexec_bench, trtexec_build
 
     profiles, _ = length_profiles(lengths, cap, tokens)
     workspace = int(min(4096, g["memory_gib"] * 1024 // 8))  # an eighth of the GPU, at most 4 GiB

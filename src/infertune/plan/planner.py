@@ -351,7 +351,7 @@ def plan(cfg: PlanConfig) -> PlanResult:
     vcmd = serve_cmd(served, dtype)
     if a.experts:
         notes += moe_notes(a, use_tp * pp)
-    from infertune.export.tensorrt import one_line, trtllm_steps
+    from infertune.plan.tensorrt import one_line, trtllm_steps
 
     max_input = min(wl.get("prompt_p100", context), context)
     trt = trtllm_steps(model_dir, a.model_type, dtype, tp=use_tp, pp=pp, max_batch=max_seqs, max_input=max_input,

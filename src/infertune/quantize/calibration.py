@@ -20,9 +20,9 @@ MAX_ITEMS = 16
 def calibration_batches(spec, tokenizer: Any, texts: Sequence[str], input_names: Iterable[str],
                         budget: int = BUDGET) -> list[dict[str, np.ndarray]]:
     """Feeds (name -> int64 array [B, T]) for the model inputs in `input_names`, one dict per batch."""
-    from infertune.backends.base import Embedder
     from infertune.batching import plan_batches
     from infertune.config import Batching
+    from infertune.engines.base import Embedder
 
     texts = [t for t in texts if t and t.strip()]
     if not texts:

@@ -159,7 +159,7 @@ class BatchCore:
         out = np.empty((len(lens), self.emb.spec.dim), dtype=np.float32)
         failed = np.zeros(len(lens), dtype=bool)
         grown = self.grown_budget()
-        if getattr(self.emb, "packed", False):  # padding-free batches (backends/packed_graphs.py): real tokens
+        if getattr(self.emb, "packed", False):  # padding-free batches (engines/packed_graphs.py): real tokens
             padded = lens
             plan = plan_packed(lens.tolist(), self.policy.size, self.s.max_batch_items)
             if len(plan) > 1 and grown.size > self.policy.size:  # under load: fewer, larger batches, as the

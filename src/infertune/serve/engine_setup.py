@@ -45,11 +45,11 @@ def load_engine(model: str, device: str, settings: dict[str, Any], *, threads: i
         import torch
 
         torch.set_num_threads(threads or 1)
-    from infertune.artifact import load_model
+    from infertune.tasks.embedding.artifact import load_model
 
     emb = load_model(model, device, **(load_opts or {}))
     if device == "cuda":
-        from infertune.backends.graphs import with_graphs
+        from infertune.engines.graphs import with_graphs
 
         emb, graphs = with_graphs(emb, settings.get("cuda_graphs", "auto"), int(settings.get("batch_tokens") or 16384))
         print(f"{who}: {graphs}", file=sys.stderr, flush=True)

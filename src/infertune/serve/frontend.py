@@ -57,7 +57,7 @@ def frontend_main(conn: Any, index: int, cfg_json: str, settings_json: str, serv
 def _control(conn: Any, st: Any, server: Any, loop_box: list, started: threading.Event, index: int,
              run_dir: str, engines: int) -> None:
     """Apply what the launcher says: engines ready (with the tokenizer), an engine down or up, drain."""
-    from infertune.backends.base import Embedder
+    from infertune.engines.base import Embedder
     from infertune.serve.engine_client import EngineClient
     from infertune.serve.transport import ZmqLink
 

@@ -66,65 +66,13 @@ def _keep_or_drop_work(out: Path, keep: bool, result) -> None:
     shutil.rmtree(work, ignore_errors=True)
 
 
-def make_task(cfg: TuneConfig, console, candidates=None):
-    """The task for the model's family (embedding, causal LM)."""
-    from infertune.models.kind import model_kind
-    from infertune.models.resolve import resolve_model
-
-    ref = resolve_model(cfg.model)
-    kind = model_kind(ref, cfg.task)
-    article = "an" if kind.label[:1] in "aeiou" else "a"
-    console.print(f"model: {ref.name} is {article} {kind.label} ({kind.why})", highlight=False)
-    if kind.task == "generate":
-        from infertune.tasks.causal_lm.task import CausalLMTask
-
-        if cfg.eval_pairs is not None or cfg.eval_fn:
-            raise InfertuneError(f"--eval-pairs and --eval score embeddings; {ref.name} is a {kind.label} "
-                                 "(its accuracy budget is --max-ppl-delta and --min-top1)")
-
-        if lm_engine(cfg, console) == "vllm":
-            from infertune.tasks.causal_lm.served import ServedLMTask
-
-            return ServedLMTask(cfg, console, ref)
-        if cfg.slo_ttft_ms or cfg.slo_tpot_ms:
-            raise InfertuneError("--slo-ttft-ms and --slo-tpot-ms judge servers under load, and the torch engine "
-                                 "measures batch-1 decode loops; install vLLM (`make vllm-env`) or drop the SLO flags "
-                                 "with --lm-engine torch")
-        return CausalLMTask(cfg, console, ref)
-    if cfg.slo_ttft_ms or cfg.slo_tpot_ms:
-        raise InfertuneError(f"--slo-ttft-ms and --slo-tpot-ms are for causal LMs; {ref.name} is {article} "
-                             f"{kind.label}: its latency SLO is --slo-p99-ms (one batch, in ms)")
-    from infertune.tasks.embedding.task import EmbeddingTask
-
-    return EmbeddingTask(cfg, console, ref, candidates)
-
-
-def lm_engine(cfg: TuneConfig, console) -> str:
-    """vllm or torch for a causal LM: `auto` takes vllm where a vLLM install is found (and says so either way)."""
-    if cfg.lm_engine != "auto":
-        return cfg.lm_engine
-    from infertune.llm.vllm_server import find_vllm
-
-    try:
-        find_vllm(cfg.device)
-    except InfertuneError as e:
-        console.print(f"[yellow]no vLLM here ({str(e).splitlines()[0]}): measuring infertune's own torch decode "
-                      "loops instead, a roofline diagnosis; the artifact is served by vLLM with float weights[/]",
-                      highlight=False)
-        return "torch"
-    return "vllm"
-
-
-def tune(config: TuneConfig | None = None, quiet: bool = False, candidates: list | None = None) -> TuneResult:
-    """Tune a model on a workload; returns the TuneResult also written to results.json.
-
-    `candidates` (embeddings) replaces the default candidate list (the naive baseline and the fp32
-    reference are always added), e.g. to try a third-party backend registered under `infertune.backends`."""
+def run(cfg: TuneConfig, make_task, quiet: bool = False, candidates: list | None = None) -> TuneResult:
+    """The loop: `make_task(cfg, console, candidates)` gives the family's task (infertune.tune picks it), then
+    stages, budget, workers, decision, artifact and report. Returns the TuneResult also written to results.json."""
     from infertune.console import console as make_console
     from infertune.hardware import detect, needs
-    from infertune.worker import warm_up_workers
+    from infertune.tuning.worker import warm_up_workers
 
-    cfg = config or TuneConfig()
     console = make_console(stderr=True, quiet=quiet)
     t0 = time.perf_counter()
     budget = Budget(1.0)  # replaced once the task knows its default
@@ -216,7 +164,7 @@ def _has_baseline(tried: list) -> bool:
 
 
 def _peers(task, cfg: TuneConfig, result: TuneResult, out: Path, console) -> None:
-    """--peers: the artifact under `infertune serve` vs engines users know, over HTTP (infertune.peers)."""
+    """--peers: the artifact under `infertune serve` vs engines users know, over HTTP (tasks/embedding/peers.py)."""
     if not hasattr(task, "run_peers"):
         result.peers = [{"error": "--peers measures embedding models; a causal LM's artifact is served by vLLM"}]
         return
@@ -230,11 +178,9 @@ def _peers(task, cfg: TuneConfig, result: TuneResult, out: Path, console) -> Non
         result.peers = [{"error": str(e)}]
         console.print(f"[yellow]peers not measured: {e}[/]")
         return
-    from infertune.peers import table
-
     result.peers = [r.model_dump() for r in got]
     result.search["peers_wall_s"] = round(time.perf_counter() - t0, 1)  # outside the tune's own wall_s
-    console.print(f"peers ({time.perf_counter() - t0:.0f} s, same texts, rounds interleaved):\n{table(got)}",
+    console.print(f"peers ({time.perf_counter() - t0:.0f} s, same texts, rounds interleaved):\n{task.peers_table(got)}",
                   markup=False, highlight=False)
 
 
@@ -337,7 +283,7 @@ def _leaders(run: search.Run, task, result: TuneResult, live: list) -> list:
 
 
 def _finish_log(run: search.Run, result: TuneResult) -> None:
-    from infertune.worker import start_method
+    from infertune.tuning.worker import start_method
 
     result.search["worker_start"] = start_method()  # forkserver, or spawn and why
     cands = {}

@@ -18,7 +18,7 @@ from infertune.errors import InfertuneError
 from infertune.results import CandidateResult
 from infertune.tuning.budget import Budget
 from infertune.tuning.task import Option, Probe, Task
-from infertune.worker import Worker, WorkerFailed
+from infertune.tuning.worker import Worker, WorkerFailed
 
 REFINE_TOP = 4  # engines that get the task's refinement (batching search) and full rounds
 PROBE_MIN_S = 8.0  # an option is not started when less than this is left of the probe share

@@ -33,3 +33,12 @@ def search_lines(result: TuneResult) -> list[str]:
         if "--candidates" not in n["why"]:
             lines.append(f"Not tried: {n['candidate']}: {n['why']}.")
     return lines
+
+
+def print_search(result: TuneResult, con=None) -> None:
+    if con is None:
+        from rich.console import Console
+
+        con = Console(stderr=True)
+    for line in search_lines(result):
+        con.print(f"[dim]{line}[/]", highlight=False)

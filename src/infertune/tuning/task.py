@@ -77,7 +77,7 @@ class Task:
     def worker(self, cand, timeout_s: float):
         """The handle the loop calls (ready, call, stop, kill): a worker process running `job(cand)`, or the
         task's own (a served causal LM: an HTTP server it started)."""
-        from infertune.worker import Worker
+        from infertune.tuning.worker import Worker
 
         return Worker(self.job(cand), timeout_s)
 

@@ -155,7 +155,7 @@ SLO_MISSED_EXIT = 4
 
 
 def validate(cfg: ValidateConfig, log: Log | None = None) -> ValidateResult:
-    from infertune.fingerprint import fingerprint
+    from infertune.hardware.fingerprint import fingerprint
     from infertune.validate.faults import burst, kill_worker, oom_guard, stall
     from infertune.validate.longtail import long_tail
     from infertune.validate.soak import soak

@@ -52,7 +52,7 @@ def reference():
 def test_direct_right_and_left_padded_equal_the_reference(reference):
     from transformers import AutoTokenizer
 
-    from infertune.artifact import load_model
+    from infertune.tasks.embedding.artifact import load_model
 
     emb = load_model(SMOL, "cpu", task="embed")
     assert (emb.spec.arch, emb.spec.pooling, emb.spec.normalize) == ("decoder", "last", True)
@@ -97,7 +97,7 @@ def test_the_naive_baseline_pools_the_decoder_as_the_spec_says(reference, tmp_pa
     """A decoder directory has no modules.json, where sentence-transformers would mean-pool: the naive baseline
     (what tune's 'x naive' divides by) must compute the same last-token embedding, or tune reports it as
     failing the accuracy budget (cos 0.925 on the H200 before)."""
-    from infertune.backends.st_naive import SentenceTransformerNaive
+    from infertune.engines.st_naive import SentenceTransformerNaive
     from infertune.models.embedding import embedding_spec
     from infertune.tasks.embedding.candidates import BASELINE
 

@@ -1,9 +1,9 @@
-"""infertune.peers.compare over real sockets: two real servers (fake-backend artifacts: deterministic, no
-torch) measured side by side in rotating rounds; a server that is not there is recorded, not fatal."""
+"""infertune.tasks.embedding.peers.compare over real sockets: two real servers (fake-backend artifacts:
+deterministic, no torch) measured side by side in rotating rounds; a server that is not there is recorded, not fatal."""
 
 from __future__ import annotations
 
-from infertune.peers import compare, table
+from infertune.tasks.embedding.peers import compare, table
 
 
 def test_compare_two_servers_side_by_side(fake_server):

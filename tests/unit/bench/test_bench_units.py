@@ -324,7 +324,7 @@ def test_a_point_with_zero_completions_renders_and_serializes(tmp_path, capsys):
     from infertune.bench.report import fmt, print_summary, write_outputs
     from infertune.bench.results import BenchResult
     from infertune.bench.runner import _one_line, find_knee
-    from infertune.fingerprint import fingerprint
+    from infertune.hardware.fingerprint import fingerprint
 
     empty = _empty_closed_loop_point()
     empty.label = "concurrency=4"

@@ -34,7 +34,7 @@ def test_fingerprint_and_doctor_record_the_real_flags(monkeypatch):
     """INFERTUNE_CPU_FLAGS fakes a host for the candidate rules; results.json and doctor record the CPU the
     kernels ran on, read by the same reader."""
     from infertune.doctor.probes import host
-    from infertune.fingerprint import fingerprint
+    from infertune.hardware.fingerprint import fingerprint
 
     real = read_cpu(real=True)
     monkeypatch.setenv("INFERTUNE_CPU_FLAGS", "sve")

@@ -11,7 +11,7 @@ from infertune.hardware import gpus
 
 
 def test_the_fingerprint_does_not_import_torch_to_read_gpus():
-    code = ("import sys; from infertune.fingerprint import fingerprint; fingerprint(); "
+    code = ("import sys; from infertune.hardware.fingerprint import fingerprint; fingerprint(); "
             "sys.exit(1 if 'torch' in sys.modules else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from infertune.backends.base import Embedder
+from infertune.engines.base import Embedder
 from infertune.serve.batch_core import BatchCore, Chunk, bucket_rows
 from infertune.serve.transport import pack_requests, pack_results, unpack_requests, unpack_results
 
@@ -181,7 +181,7 @@ def test_requests_are_answered_as_their_last_batch_finishes():
 def test_an_engine_with_its_own_row_buckets_is_collated_at_them():
     """An engine that runs rows in its own buckets (CUDA graphs: pad_rows) gets batches of that many rows,
     not the engine process's default rounding on top (9 rows: 12, not 16)."""
-    from infertune.backends.cuda_graphs import graph_rows
+    from infertune.engines.cuda_graphs import graph_rows
 
     emb = Recorder("cuda")
     emb.pad_rows = graph_rows

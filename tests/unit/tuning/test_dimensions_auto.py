@@ -110,7 +110,7 @@ def test_auto_on_flat_vectors_of_an_unlabelled_model_keeps_everything(tmp_path):
 
 
 def test_auto_on_pairs_gates_the_recall_drop(tmp_path):
-    from infertune.task_eval import Pairs
+    from infertune.tasks.embedding.task_eval import Pairs
 
     rng = np.random.default_rng(3)
     docs = rng.normal(size=(60, 384)) * np.exp(-0.002 * np.arange(384))  # flat enough that prefixes hurt
@@ -140,7 +140,7 @@ def test_the_dimensions_option_takes_a_whole_number_or_auto():
 
 
 def test_the_artifact_records_the_dims_accuracy_was_judged_on():
-    from infertune.artifact import _judged_dims
+    from infertune.tasks.embedding.artifact import _judged_dims
 
     def res(want, chosen=None):
         return SimpleNamespace(config={"dimensions": want},

@@ -96,7 +96,7 @@ def test_long_tail_buckets_pick_lengths_and_go_past_the_limit():
 
 
 def test_report_writes_contract_and_html(tmp_path):
-    from infertune.fingerprint import fingerprint
+    from infertune.hardware.fingerprint import fingerprint
     from infertune.validate.report import write_outputs
 
     res = ValidateResult(config={"target": "x"}, environment=fingerprint(), target={"url": "http://x"},

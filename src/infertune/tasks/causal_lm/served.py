@@ -56,7 +56,7 @@ class ServedLMTask(CausalLMTask):
 
     # --- setup ---------------------------------------------------------------------------------
     def load(self, out: Path) -> TuneResult:
-        from infertune.fingerprint import fingerprint
+        from infertune.hardware.fingerprint import fingerprint
         from infertune.llm.calibration import write_calibration
         from infertune.llm.models import lm_spec, load_tokenizer
         from infertune.llm.served import eval_sets

@@ -37,8 +37,8 @@ class CausalLMTask(Task):
 
     # --- setup ---------------------------------------------------------------------------------
     def load(self, out: Path) -> TuneResult:
-        from infertune.fingerprint import fingerprint
         from infertune.hardware.bandwidth import memory_bandwidth
+        from infertune.hardware.fingerprint import fingerprint
         from infertune.llm.candidates import reference
         from infertune.llm.models import lm_spec, load_tokenizer
         from infertune.tasks.causal_lm.plan import workload_plan

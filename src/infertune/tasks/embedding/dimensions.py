@@ -119,10 +119,10 @@ def measure(vectors: np.ndarray, dims: Sequence[int], budget, pairs=None,
             embed: Callable[[Sequence[str]], np.ndarray] | None = None) -> tuple[dict[int, float], Callable, str, str]:
     """(prefix -> figure, passes, metric name, bound in words) on the reference's vectors: recall@10 drop on the
     pairs (embedded once, then cut) when given, else top-10 neighbour overlap on the verified texts."""
-    from infertune.verify import topk_overlap
+    from infertune.tasks.embedding.verify import topk_overlap
 
     if pairs is not None and embed is not None:
-        from infertune.task_eval import K, retrieval
+        from infertune.tasks.embedding.task_eval import K, retrieval
 
         vec = np.asarray(embed(pairs.queries + pairs.corpus), dtype=np.float32)
         nq = len(pairs.queries)

@@ -1,5 +1,5 @@
 """The mixed-precision step of an embedding tune: when a quantized engine missed the accuracy budget, find on
-the calibration split which Linear layers to keep high (quantize/mixed.py, in a worker) and offer the mixed
+the calibration split which Linear layers to keep high (tasks/embedding/mixed.py, in a worker) and offer the mixed
 candidate. CPU: ORT dynamic int8 rescued with torch.ao's per-layer figures, layers kept in fp32. GPU: torchao
 fp8 or int8 rescued with torchao's own per-layer figures, layers kept in bf16."""
 
@@ -39,7 +39,7 @@ def source(task, run) -> tuple[str | None, str | None, str | None]:
 
 
 def mixed_options(task, run) -> list[Option]:
-    from infertune.worker import WorkerFailed, run_isolated
+    from infertune.tuning.worker import WorkerFailed, run_isolated
 
     cfg = task.cfg
     qname, why, backend = source(task, run)
@@ -56,7 +56,7 @@ def mixed_options(task, run) -> list[Option]:
     method = quant(qname).rescue[cfg.device].search  # ORT's rounding is measured with torch.ao's
     task.console.print(f"  mixed precision: per-layer {method} sensitivity on the calibration split ...")
     try:
-        found = run_isolated("infertune.quantize.mixed:search", {
+        found = run_isolated("infertune.tasks.embedding.mixed:search", {
             "spec": task.spec.to_dict(), "texts": task.calib[:32], "min_cosine_mean": cfg.accuracy.min_cosine_mean,
             "min_cosine_min": cfg.accuracy.min_cosine_min, "max_s": left, "method": method,
             "device": cfg.device}, left + 30, cfg.threads)

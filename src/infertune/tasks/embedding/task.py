@@ -23,7 +23,7 @@ class EmbeddingTask(Task):
 
         super().__init__(cfg, console)
         self.ref, self.custom = ref, custom
-        from infertune.task_eval import TaskEval
+        from infertune.tasks.embedding.task_eval import TaskEval
 
         self.workload = load_workload(cfg.workload)  # first: a malformed file fails before anything heavy loads
         self.task_eval = TaskEval(cfg.eval_pairs, cfg.eval_fn, cfg.accuracy)
@@ -35,7 +35,7 @@ class EmbeddingTask(Task):
 
     # --- setup ---------------------------------------------------------------------------------
     def load(self, out: Path) -> TuneResult:
-        from infertune.fingerprint import fingerprint
+        from infertune.hardware.fingerprint import fingerprint
         from infertune.models.embedding import embedding_spec, load_tokenizer
 
         _quiet_libraries()
@@ -111,9 +111,9 @@ class EmbeddingTask(Task):
 
     # --- per engine ----------------------------------------------------------------------------
     def job(self, cand) -> dict[str, Any]:
-        return {"spec": self.spec.to_dict(), "candidate": cand.model_dump(mode="json"), "device": self.cfg.device,
-                "threads": self.cfg.threads, "workdir": str(self.out / "work"), "texts": self.evals,
-                "calibration": self.calib}
+        return {"serve": "infertune.tasks.embedding.worker:serve", "spec": self.spec.to_dict(),
+                "candidate": cand.model_dump(mode="json"), "device": self.cfg.device, "threads": self.cfg.threads,
+                "workdir": str(self.out / "work"), "texts": self.evals, "calibration": self.calib}
 
     def _timed(self, worker, cand, cap_s: float) -> dict[str, Any]:
         """One capped pass over shuffled batches of the eval split (after a shorter capped warm-up)."""
@@ -141,7 +141,7 @@ class EmbeddingTask(Task):
     def probe(self, worker, cand, cap_s: float) -> Probe:
         import numpy as np
 
-        from infertune.measure import wait_share
+        from infertune.tasks.embedding.measure import wait_share
 
         p = self._timed(worker, cand, cap_s)
         speed = p["items"] / p["wall_s"]
@@ -154,16 +154,22 @@ class EmbeddingTask(Task):
 
     def run_peers(self, result: TuneResult, out: Path) -> list:
         """tune --peers: our artifact under `infertune serve` vs vLLM's pooling runner on the source model."""
-        from infertune.peers import run_peers
+        from infertune.tasks.embedding.peers import run_peers
 
         c = self.cfg
         return run_peers(c.peers, result.artifact, self.ref.path, self.workload.items, self.spec.max_length,
                          self.tokenizer, out, c.device, console=self.console)
 
+    def peers_table(self, got: list) -> str:
+        """The peers' figures as the console prints them."""
+        from infertune.tasks.embedding.peers import table
+
+        return table(got)
+
     def verify(self, worker, cand) -> tuple[Accuracy, bool, str]:
         """Cosine and top-10 vs the reference (verified first), pooled and per length bucket; the task metrics."""
         from infertune.tasks.embedding.dimensions import judged_dims
-        from infertune.verify import compare, unit, within_budget
+        from infertune.tasks.embedding.verify import compare, unit, within_budget
 
         batching = cand.batching.model_dump()
         vec = worker.call("embed", batching=batching, subset=self.acc_idx)
@@ -256,7 +262,7 @@ class EmbeddingTask(Task):
         return len(self.evals) / speed * (1 if self.cfg.device == "cpu" else 3) + 0.2
 
     def summarize(self, run, cand, samples: list[dict[str, Any]]) -> dict[str, Any]:
-        from infertune.measure import summarize
+        from infertune.tasks.embedding.measure import summarize
 
         passes = [p for s in samples for p in s["passes"]]
         last = samples[-1]
@@ -284,7 +290,7 @@ class EmbeddingTask(Task):
         return None if r.accuracy.cosine_mean is None else 1 - r.accuracy.cosine_mean
 
     def accuracy_flags(self, r: CandidateResult) -> str:
-        from infertune.verify import admitting_flags
+        from infertune.tasks.embedding.verify import admitting_flags
 
         return admitting_flags(r.accuracy, self.cfg.accuracy)
 
@@ -304,8 +310,8 @@ class EmbeddingTask(Task):
 
     # --- outputs -------------------------------------------------------------------------------
     def save_artifact(self, run, result: TuneResult, out: Path) -> None:
-        from infertune.artifact import write_manifest
-        from infertune.worker import WorkerFailed
+        from infertune.tasks.embedding.artifact import write_manifest
+        from infertune.tuning.worker import WorkerFailed
 
         c = run.cands[result.winner.name]
         w = run.workers.get(c.engine_id)
@@ -321,7 +327,7 @@ class EmbeddingTask(Task):
         result.artifact = str(art)
 
     def write_report(self, result: TuneResult, path: Path) -> None:
-        from infertune.report import write_report
+        from infertune.tasks.embedding.report import write_report
 
         write_report(result, path)
 

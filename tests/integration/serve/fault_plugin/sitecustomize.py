@@ -14,7 +14,7 @@ def _holds(row: list[int], part: list[int]) -> bool:
 
 
 def _install(marker: str) -> None:
-    import infertune.artifact as artifact
+    import infertune.tasks.embedding.artifact as artifact
 
     real_load = artifact.load_model
 

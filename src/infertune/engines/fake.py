@@ -1,0 +1,90 @@
+"""A fake backend for unit tests of batching, measurement and decision logic: deterministic vectors,
+a configurable per-token cost, optional failure or noise, noise on long inputs only (`perturb` relative to the
+vector's norm, on texts of more than `perturb_over` tokens: a precision that drifts on long documents), and an
+optional memory leak (`leak_mb_per_batch`: each forward pass keeps that much written memory forever, for the soak
+drill's slope check). Never used for real results."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from infertune.config import Candidate
+from infertune.engines.base import Backend, Embedder
+from infertune.models.embedding import EmbeddingSpec
+
+
+class _CharTokenizer:
+    pad_token_id = 0
+
+    def __call__(self, texts, truncation=False, max_length=None, **_):
+        ids = [[1] + [2 + (sum(map(ord, w)) % 200) for w in t.split()] for t in texts]
+        if truncation and max_length:
+            ids = [x[:max_length] for x in ids]
+        return {"input_ids": ids}
+
+
+class FakeEmbedder(Embedder):
+    def __init__(self, spec: EmbeddingSpec, candidate: Candidate):
+        super().__init__(spec, _CharTokenizer())
+        self.needs_token_types = False
+        opts = dict(candidate.options)
+        self.us_per_token = float(opts.get("us_per_token", "1"))
+        self.noise = float(opts.get("noise", "0"))
+        self.perturb = float(opts.get("perturb", "0"))
+        self.perturb_over = int(opts.get("perturb_over", "0"))
+        self.fail = opts.get("fail")
+        self.rng = np.random.default_rng(0)
+        self.leak_bytes = int(float(opts.get("leak_mb_per_batch", "0")) * 2**20)
+        self._leaked: list[np.ndarray] = []
+
+    def forward(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        if self.fail == "forward":
+            raise RuntimeError("fake backend asked to fail in forward")
+        ids = batch["input_ids"]
+        if self.leak_bytes:
+            self._leaked.append(np.ones(self.leak_bytes, dtype=np.uint8))  # written, so it is resident
+        time.sleep(ids.size * self.us_per_token / 1e6)
+        dim = self.spec.dim
+        out = np.zeros((ids.shape[0], dim), dtype=np.float32)
+        for r, row in enumerate(ids):
+            for t in row[batch["attention_mask"][r] > 0]:
+                out[r, int(t) % dim] += 1.0
+        if self.noise:
+            out += self.rng.normal(0, self.noise, out.shape).astype(np.float32)
+        if self.perturb:
+            long = batch["attention_mask"].sum(1) > self.perturb_over
+            norm = np.linalg.norm(out[long], axis=1, keepdims=True)
+            noise = self.rng.normal(0, 1, (int(long.sum()), dim))
+            out[long] += (self.perturb * norm * noise / np.sqrt(dim)).astype(np.float32)
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {"engine": "fake", "us_per_token": self.us_per_token,
+                "leak_mb_per_batch": self.leak_bytes / 2**20}
+
+
+class FakeBackend(Backend):
+    name = "fake"
+
+    @classmethod
+    def available(cls, candidate: Candidate, device: str) -> str | None:
+        return candidate.option("unavailable")
+
+    @classmethod
+    def prepare(cls, spec: EmbeddingSpec, candidate: Candidate, device: str, workdir: Path,
+                calibration: Sequence[str] = ()) -> Embedder:
+        how = candidate.option("fail")
+        if how == "prepare":
+            raise RuntimeError("fake backend asked to fail in prepare")
+        if how == "crash":
+            import os
+
+            os._exit(3)
+        if how == "hang":
+            time.sleep(3600)
+        return FakeEmbedder(spec, candidate)

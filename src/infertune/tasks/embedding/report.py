@@ -1,0 +1,170 @@
+"""Human output of a tune run: a console table and a self-contained HTML report (report.html): a summary
+card (the answer, the speedup with n and spread, the next command), the candidates with the winner
+highlighted and SLO misses marked, and offline plots (plots.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from infertune.page import card, document, e, folded, no_winner_card, table
+from infertune.plots import fmt as _f
+from infertune.results import TuneResult
+from infertune.tasks.embedding.plots import decision_p99, misses_slo, numbered, slo_limit, tune_plots
+from infertune.tuning.summary import print_search, search_lines
+
+
+def print_summary(result: TuneResult) -> None:
+    """The embedding tune's console table, its skipped and failed candidates, accuracy lines and decision."""
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(stderr=True)
+    if not con.is_terminal:
+        con = Console(stderr=True, width=200)
+    t = Table(title=f"infertune tune: {result.model} ({result.config.get('device')})", show_lines=False)
+    for col in ("candidate", "status", "stage", "time s", "items/s best (n)", "median", "range", "P50 ms",
+                "P99 ms (SLO)", "cos mean", "cos min", "top10", "vs naive"):
+        t.add_column(col, justify="left" if col in ("candidate", "status") else "right")
+    order = sorted(result.candidates, key=lambda r: -(r.items_per_s or 0))
+    for r in order:
+        m = r.measurement
+        style = "bold green" if result.winner and r.name == result.winner.name else (
+            "dim" if r.status in ("skipped", "failed") else None)
+        probe = f"{_f(r.probe.get('speed'))} (probe)" if r.probe and not m else "-"
+        t.add_row(r.name, r.status, r.stage or "-", _f(r.time_s, "{:.0f}"),
+                  f"{_f(r.items_per_s)} (n={m.passes})" if m else probe,
+                  _f(m.items_per_s_median) if m else "-",
+                  f"{m.items_per_s_spread[0]:.0f}-{m.items_per_s_spread[1]:.0f}" if m else "-",
+                  _f(r.latency_ms.p50), _f(decision_p99(r)), _f(r.accuracy.cosine_mean, "{:.5f}"),
+                  _f(r.accuracy.cosine_min, "{:.5f}"), _f(r.accuracy.topk_overlap, "{:.3f}"),
+                  _f(r.speedup_vs_baseline, "{:.2f}x"), style=style)
+    con.print(t)
+    for r in order:
+        if r.status in ("skipped", "failed", "rejected") and r.reason:
+            con.print(f"  [dim]{r.status}[/] {r.name}: {r.reason}", highlight=False)
+    from infertune.tasks.embedding.accuracy_report import console_lines
+
+    for line in console_lines(result):
+        con.print(f"  {line}", highlight=False)
+    for line in result.decision:
+        con.print(line, highlight=False)
+    print_search(result, con)
+    con.print(f"results: {result.out_dir}/results.json  report: {result.out_dir}/report.html", highlight=False)
+    if result.next_command:
+        con.print(f"next: [bold]{result.next_command}[/]", highlight=False)
+
+
+def _card(result: TuneResult) -> str:
+    """The answer in one line, the speedup with n and spread, the P99 against the SLO, and the next command."""
+    limit, win, base = slo_limit(result), result.winner, result.baseline
+    if win is None:
+        return no_winner_card(result)
+    m, bm = win.measurement, base.measurement if base else None
+    sp = win.speedup_vs_baseline
+    answer = f"Serve <b>{e(win.name)}</b>: {_f(win.items_per_s)} items/s" + (
+        f", <b>{sp:.2f}x</b> the naive baseline" if sp else "")
+    facts = []
+    if m and bm and bm.items_per_s:
+        med = (f", {m.items_per_s_median / bm.items_per_s_median:.2f}x by medians"
+               if m.items_per_s_median and bm.items_per_s_median else "")
+        lo, hi = m.items_per_s_spread
+        blo, bhi = bm.items_per_s_spread
+        facts.append(f"Speedup {m.items_per_s / bm.items_per_s:.2f}x by best pass{med}; pass to pass "
+                     f"{lo / bhi:.2f}-{hi / blo:.2f}x. {e(win.name)}: n={m.passes} passes, {lo:.1f}-{hi:.1f} items/s; "
+                     f"baseline {e(base.name)}: n={bm.passes}, {blo:.1f}-{bhi:.1f} items/s (same run).")
+    elif m:
+        facts.append(f"n={m.passes} passes, {m.items_per_s_spread[0]:.1f}-{m.items_per_s_spread[1]:.1f} items/s.")
+    p99 = decision_p99(win)
+    if p99 is not None:
+        facts.append(f"P99 batch latency {p99:.1f} ms vs SLO {_f(limit, '{:g}')} ms (the decision's figure: P99 over "
+                     f"batches of each batch's median across passes; pooled P99 {_f(win.latency_ms.p99)} ms, "
+                     f"n={win.latency_ms.n} batches).")
+    a, budget = win.accuracy, result.config.get("accuracy") or {}
+    if a.cosine_mean is not None:
+        facts.append(f"Mean cosine vs fp32 {a.cosine_mean:.5f} (budget {budget.get('min_cosine_mean', '-')}), "
+                     f"min {_f(a.cosine_min, '{:.5f}')} (budget {budget.get('min_cosine_min', '-')}), n={a.n} items.")
+    if m and (m.peak_rss_mb or m.peak_gpu_mb):
+        mem = (f"peak GPU memory {m.peak_gpu_mb:.0f} MB" if m.peak_gpu_mb
+               else f"peak resident memory {m.peak_rss_mb:.0f} MB")
+        if bm and bm.peak_rss_mb and not m.peak_gpu_mb:
+            mem += f" (baseline {bm.peak_rss_mb:.0f} MB)"
+        facts.append(mem[0].upper() + mem[1:] + ".")
+    facts += [e(x) for x in result.decision[1:] if "tie margin" in x]
+    return card(answer, facts, result.next_command, tone="pass")
+
+
+def _tables(result: TuneResult) -> str:
+    limit, win = slo_limit(result), result.winner.name if result.winner else None
+    head = ["#", "candidate", "status", "items/s (best, n)", "range", "vs naive", "P99 ms (SLO)", "P50 ms",
+            "peak MB", "cos mean", "cos min", "reason"]
+    budget = result.config.get("accuracy") or {}
+    rows, classes, cells, more = [], [], [], []
+    for n, r in numbered(result):
+        m = r.measurement
+        p99 = decision_p99(r)
+        miss = misses_slo(r, limit)
+        cos_miss = r.meets_accuracy is False
+        mem = m and (m.peak_gpu_mb or m.peak_rss_mb)
+        name = e(r.name) + (' <span class="badge">winner</span>' if r.name == win else "")
+        rows.append([str(n), name, e(r.status),
+                     f"{_f(r.items_per_s)} (n={m.passes})" if m else (
+                         f"{_f(r.probe.get('speed'))} (probe)" if r.probe else "-"),
+                     f"{m.items_per_s_spread[0]:.1f}-{m.items_per_s_spread[1]:.1f}" if m else "-",
+                     _f(r.speedup_vs_baseline, "{:.2f}x"),
+                     (f"&#10007; {p99:.1f}" if miss else _f(p99)) if p99 is not None else "-",
+                     _f(r.latency_ms.p50), _f(mem, "{:.0f}") if mem else "-",
+                     _f(r.accuracy.cosine_mean, "{:.5f}"), _f(r.accuracy.cosine_min, "{:.5f}"), e(r.reason)])
+        classes.append("winner" if r.name == win else r.status)
+        cells.append(["", "", "", "", "", "", "miss" if miss else "", "", "", "miss" if cos_miss else "",
+                      "miss" if cos_miss else "", "l"])
+        more.append([str(n), e(r.name), e(r.stage or "-"), _f(r.time_s, "{:.0f}"),
+                     _f(m.items_per_s_median) if m else "-",
+                     _f(r.latency_ms.p95), _f(r.latency_ms.p99), _f(r.latency_ms.max), str(r.latency_ms.n or "-"),
+                     _f(r.accuracy.topk_overlap, "{:.3f}"), _f(r.prepare_s), _f(m.peak_rss_mb, "{:.0f}") if m else "-",
+                     _f(m.peak_gpu_mb, "{:.0f}") if m else "-", e(r.why_tried)])
+    main = table(head, rows, classes, left=3, cell_classes=cells)
+    note = (f'<p class="note">P99 (SLO) is the figure the decision checks against the SLO of {_f(limit, "{:g}")} ms '
+            "(&#10007;: over it); red cosines are under the accuracy budget "
+            f"(mean {budget.get('min_cosine_mean', '-')}, "
+            f"min {budget.get('min_cosine_min', '-')}); peak MB is the worker's peak resident memory (GPU memory on a "
+            "GPU).</p>")
+    extra = table(["#", "candidate", "stage", "time s", "items/s median", "P95 ms", "pooled P99 ms", "max ms",
+                   "batches n", "top-10", "prepare s", "peak RSS MB", "peak GPU MB", "why tried"], more, left=2)
+    return main + note + folded("More columns: stage, cost, median, pooled P99, max, top-10, memory, why tried", extra)
+
+
+def _accuracy_sections(result: TuneResult) -> str:
+    """Per length bucket (plot, then a table per candidate) and the user's task metrics, after the candidates."""
+    from infertune.tasks.embedding.accuracy_report import bucket_svg, bucket_tables, task_table
+
+    out = ""
+    if (tasks := task_table(result)):
+        out += f"<h2>Task metrics</h2>{tasks}"
+    svg, tables = bucket_svg(result), bucket_tables(result)
+    if svg or tables:
+        out += f"<h2>Accuracy per length bucket</h2>{svg or ''}{tables}"
+    return out
+
+
+def write_report(result: TuneResult, path: Path) -> Path:
+    plots = tune_plots(result)
+    w = result.workload
+    sections = "".join(f"<h2>{title}</h2>{plots[k]}" for k, title in (
+        ("pareto", "Pareto front: speed vs accuracy"), ("latency", "Latency per batch vs the SLO"),
+        ("memory", "Memory"), ("sensitivity", "Per-layer quantization sensitivity"),
+        ("lengths", "Workload length histogram")) if k in plots)
+    body = f"""<h1>infertune tune: {e(result.model)}</h1>
+{_card(result)}
+<h2>Decision</h2><p>{'<br>'.join(e(x) for x in result.decision)}</p>
+<h2>Candidates</h2>{_tables(result)}
+{_accuracy_sections(result)}
+{sections}
+<h2>Search</h2><p>{'<br>'.join(e(x) for x in search_lines(result))}</p>
+<h2>Workload</h2><p>{e(w.source) if w else ''}: {w.n_items if w else 0} items, eval {w.n_eval if w else 0},
+calibration {w.n_calibration if w else 0}; tokens p50 {w.tokens_p50 if w else 0:.0f}, p90 {w.tokens_p90 if w else 0:.0f},
+p99 {w.tokens_p99 if w else 0:.0f}, max {w.tokens_max if w else 0}; {w.over_limit if w else 0} over the model limit (truncated).</p>
+<h2>Environment</h2><details><summary>fingerprint</summary><pre>{e(result.environment.model_dump_json(indent=2))}</pre></details>
+<h2>Config</h2><details><summary>config</summary><pre>{e(json.dumps(result.config, indent=2))}</pre></details>"""  # noqa: E501
+    path.write_text(document(f"infertune tune: {result.model}", body), encoding="utf-8")
+    return path

@@ -1,0 +1,74 @@
+"""The embedding family's job in a tune worker (infertune.tuning.worker runs it): prepare one engine, then answer
+the parent's commands (embed, measure, save) until told to stop."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from infertune.tuning.worker import peak_rss_mb, setup
+
+
+def _subset(texts: list[str], args: dict[str, Any]) -> list[str]:
+    """The texts a command sends (`texts`: the user's eval pairs), names by position (`subset`), or all of them."""
+    if args.get("texts") is not None:
+        return list(args["texts"])
+    return texts if args.get("subset") is None else [texts[i] for i in args["subset"]]
+
+
+def serve(conn, job: dict[str, Any]) -> None:
+    from infertune.config import Batching, Candidate
+    from infertune.models.embedding import EmbeddingSpec
+    from infertune.registry import load_backend
+
+    setup(job.get("threads"), job.get("device", "cpu"))
+    spec = EmbeddingSpec(**job["spec"])
+    cand = Candidate.model_validate(job["candidate"])
+    device = job["device"]
+    texts: list[str] = job.get("texts", [])
+    t0 = time.perf_counter()
+    backend = load_backend(cand.backend)
+    emb = backend.prepare(spec, cand, device, Path(job["workdir"]), job.get("calibration", []))
+    if device == "cuda":  # measured as `serve` runs it: CUDA graphs, packed batches where the candidate says
+        from infertune.engines.graphs import tuned_engine
+        from infertune.engines.overlap import start_tokenizers
+
+        emb = tuned_engine(emb, cand, device)
+        start_tokenizers(emb)  # part of preparing, not of the first timed pass
+    conn.send(("ok", {"prepare_s": time.perf_counter() - t0, "executed": emb.describe()}))
+    while True:
+        cmd, args = conn.recv()
+        if cmd == "stop":
+            return
+        try:
+            if cmd == "embed":
+                out = emb.embed(_subset(texts, args), Batching.model_validate(args["batching"]), pooled=True)
+                conn.send(("ok", out))
+            elif cmd == "measure":
+                batching = Batching.model_validate(args["batching"])
+                if hasattr(emb, "max_tokens") and batching.kind == "tokens":
+                    emb.max_tokens = batching.size  # CUDA graphs up to the budget measured, as serve sizes them
+                sub = _subset(texts, args)
+                cap, seed = args.get("max_s"), args.get("shuffle")
+                limit = None
+                for _ in range(args.get("warmup", 0)):
+                    w = emb.measure_pass(sub, batching, max_s=args.get("warmup_max_s", cap), shuffle=seed)
+                    limit = w["batches"] if args.get("match_warmup") else None
+                # match_warmup: the timed pass runs exactly the batches the warm-up ran, so no shape meets
+                # its first run (oneDNN/AMX kernel creation, a compile) inside the timed pass
+                passes = [emb.measure_pass(sub, batching, max_s=None if limit else cap, shuffle=seed,
+                                           max_batches=limit) for _ in range(args.get("passes", 1))]
+                gpu = None
+                if device == "cuda":
+                    import torch
+
+                    gpu = torch.cuda.max_memory_allocated() / 2**20
+                conn.send(("ok", {"passes": passes, "peak_rss_mb": peak_rss_mb(), "peak_gpu_mb": gpu}))
+            elif cmd == "save":
+                conn.send(("ok", emb.save(Path(args["path"]))))
+            else:
+                conn.send(("error", f"unknown command {cmd}"))
+        except Exception as e:  # noqa: BLE001 - reported to the parent, which records the failure
+            conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"))
