@@ -98,7 +98,7 @@ class OnnxRuntime(Backend):
 
             path = workdir / "onnx" / f"{candidate.engine_id.replace('/', '_')}.onnx"
             info["quantization"] = quantize_static(
-                base, path, spec, tokenizer, calibration,
+                base, path, Embedder(spec, tokenizer), calibration,
                 per_channel=candidate.option("granularity", "per-channel") == "per-channel",
                 exclude=[matmul_node_for(n) for n in candidate.keep_high],
                 method=candidate.option("calibration", "minmax"),

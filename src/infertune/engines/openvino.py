@@ -166,7 +166,8 @@ class OpenVino(Backend):
         if candidate.quant == "nncf-ptq":
             from infertune.quantize.nncf import quantize
 
-            model, info["quantization"] = quantize(model, spec, tokenizer, calibration, keep_high=candidate.keep_high)
+            model, info["quantization"] = quantize(model, Embedder(spec, tokenizer), calibration,
+                                                   keep_high=candidate.keep_high)
         return OpenVinoEmbedder(spec, tokenizer, model, device, info, candidate.precision)
 
 

@@ -17,19 +17,22 @@ BUDGET = 2048  # padded tokens per calibration batch
 MAX_ITEMS = 16
 
 
-def calibration_batches(spec, tokenizer: Any, texts: Sequence[str], input_names: Iterable[str],
+def calibration_batches(emb: Any, texts: Sequence[str], input_names: Iterable[str],
                         budget: int = BUDGET) -> list[dict[str, np.ndarray]]:
-    """Feeds (name -> int64 array [B, T]) for the model inputs in `input_names`, one dict per batch."""
+    """Feeds (name -> int64 array [B, T]) for the model inputs in `input_names`, one dict per batch. `emb`
+    tokenizes and collates as the engine will (an engines.base.Embedder of the model's spec and tokenizer:
+    the engine hands it over, so quantization does not depend on the engines)."""
+    import copy
+
     from infertune.batching import plan_batches
     from infertune.config import Batching
-    from infertune.engines.base import Embedder
 
     texts = [t for t in texts if t and t.strip()]
     if not texts:
         raise InfertuneError("static int8 quantization needs calibration texts; none were given "
                              "(tune passes a calibration split of the workload)")
     names = set(input_names)
-    emb = Embedder(spec, tokenizer)
+    emb = copy.copy(emb)
     emb.needs_token_types = "token_type_ids" in names
     ids = emb.token_ids(texts)
     batches = plan_batches([len(x) for x in ids], Batching(kind="tokens", size=budget, max_items=MAX_ITEMS))

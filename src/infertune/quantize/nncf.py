@@ -20,9 +20,10 @@ def available(device: str, method: str = "nncf-ptq") -> str | None:
     return None
 
 
-def quantize(model: Any, spec, tokenizer: Any, texts: Sequence[str],
+def quantize(model: Any, emb: Any, texts: Sequence[str],
              keep_high: Sequence[str] = ()) -> tuple[Any, dict[str, Any]]:
-    """NNCF post-training int8 quantization of an OpenVINO model on real calibration batches."""
+    """NNCF post-training int8 quantization of an OpenVINO model on real calibration batches (tokenized and
+    collated by `emb`, the model's tokenizer)."""
     import logging
 
     import nncf
@@ -30,7 +31,7 @@ def quantize(model: Any, spec, tokenizer: Any, texts: Sequence[str],
     from infertune.quantize.calibration import calibration_batches, summary
     from infertune.quantize.ort import matmul_node_for
 
-    batches = calibration_batches(spec, tokenizer, texts, [p.any_name for p in model.inputs])
+    batches = calibration_batches(emb, texts, [p.any_name for p in model.inputs])
     ignored = None
     if keep_high:  # the IR keeps the ONNX node names, so the torch Linear name maps the same way
         ignored = nncf.IgnoredScope(names=[matmul_node_for(n) for n in keep_high], validate=False)

@@ -85,11 +85,11 @@ def ffn_down_projections(weights: dict[str, tuple[int, int]]) -> list[str]:
     return [name for name, (k, n) in weights.items() if k > n]
 
 
-def quantize_static(src: Path, dst: Path, spec, tokenizer: Any, texts: Sequence[str], per_channel: bool = True,
+def quantize_static(src: Path, dst: Path, emb: Any, texts: Sequence[str], per_channel: bool = True,
                     exclude: Iterable[str] = (), method: str = "minmax", ffn_down_int8: bool = False) -> dict:
-    """QDQ int8 of the Linear MatMuls with activation ranges calibrated on `texts` (the model's tokenizer,
-    length-sorted batches padded per batch). `exclude` (node names) stay fp32, and so do the FFN down
-    projections unless `ffn_down_int8` (see the table above)."""
+    """QDQ int8 of the Linear MatMuls with activation ranges calibrated on `texts` (tokenized and collated by
+    `emb`, the model's tokenizer: length-sorted batches padded per batch). `exclude` (node names) stay fp32, and
+    so do the FFN down projections unless `ffn_down_int8` (see the table above)."""
     import time
 
     import onnx
@@ -103,7 +103,7 @@ def quantize_static(src: Path, dst: Path, spec, tokenizer: Any, texts: Sequence[
     if method not in STATIC_CALIBRATION:
         raise InfertuneError(f"unknown calibration {method!r}; choose one of {', '.join(STATIC_CALIBRATION)}")
     names = [i.name for i in ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).get_inputs()]
-    batches = calibration_batches(spec, tokenizer, texts, names)
+    batches = calibration_batches(emb, texts, names)
 
     class Reader(CalibrationDataReader):
         """Calibration batches. ORT's histogram calibrators (Percentile) stack every batch's outputs into

@@ -2,6 +2,7 @@
 
 import pytest
 
+from infertune.engines.base import Embedder
 from infertune.errors import InfertuneError
 from infertune.models.embedding import EmbeddingSpec
 from infertune.quantize.calibration import calibration_batches, summary
@@ -22,7 +23,7 @@ SPEC = EmbeddingSpec(name="words", path=".", max_length=16, dim=4)
 
 def test_batches_are_length_sorted_and_padded_per_batch():
     texts = ["a"] * 6 + ["b " * 30] * 2 + ["", "   "]
-    batches = calibration_batches(SPEC, WordTokenizer(), texts, ["input_ids", "attention_mask"], budget=32)
+    batches = calibration_batches(Embedder(SPEC, WordTokenizer()), texts, ["input_ids", "attention_mask"], budget=32)
     assert all(set(b) == {"input_ids", "attention_mask"} for b in batches)  # no token_type_ids asked for
     widths = [b["input_ids"].shape[1] for b in batches]
     assert widths[0] == 16 and widths[-1] == 3  # long ones truncated to max_length, short ones stay short
@@ -33,4 +34,4 @@ def test_batches_are_length_sorted_and_padded_per_batch():
 
 def test_no_texts_is_a_user_error():
     with pytest.raises(InfertuneError, match="calibration texts"):
-        calibration_batches(SPEC, WordTokenizer(), ["", " "], ["input_ids", "attention_mask"])
+        calibration_batches(Embedder(SPEC, WordTokenizer()), ["", " "], ["input_ids", "attention_mask"])
