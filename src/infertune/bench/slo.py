@@ -136,115 +136,138 @@ def search(run: Callable[[float], Point], slo: SLO, *, over: str, start: float, 
     fails too. On a shared host a false failure (seconds of a noisy neighbour) is far likelier than a
     false pass, and without this one unlucky point sends the bisection down for good: the 2-core box's raw
     CPU speed swings up to 2x for seconds at a time (bf16 matmuls 224-501/s within one minute)."""
-    integer = over == "concurrency"
-    floor = floor if floor is not None else (1 if integer else 0.1)
-    ceiling = ceiling if ceiling is not None else (4096 if integer else 1e6)
-    res = SLOResult(target=slo.text, over=over)
-    steps = 0
-    seen: list[tuple[float, bool]] = []
-
-    def measure(load: float, again: bool = False) -> bool:
-        nonlocal steps
-        steps += 1
-        p = run(load)
-        ok, notes = slo.check(p)
-        seen.append((load, ok))
-        p.slo_pass, p.slo_detail = ok, notes
-        line = f"{over}={_fmt(load, integer)}: {'pass' if ok else 'FAIL'} ({'; '.join(notes)})"
-        if again:
-            line += " [re-check of a marginal failure]"
-        res.steps.append(line)
-        log(line)
-        if not ok and recheck and not again and steps < max_steps + 4 and slo.marginal(p):
-            res.rechecks += 1
-            return measure(load, again=True)
-        return ok
-
-    def norm(x: float) -> float:
-        return float(max(floor, min(ceiling, round(x) if integer else x)))
-
-    f = step
-
-    def up(x: float) -> float:  # the next load above x (integers move by at least 1)
-        y = norm(x * f)
-        return norm(x + 1) if integer and y <= x else y
-
-    def down(x: float) -> float:
-        y = norm(x / f)
-        return norm(x - 1) if integer and y >= x else y
-
-    def widen() -> None:
-        nonlocal f
-        if f < 2:
-            f = min(2.0, f * f)
-
-    lo: float | None = None
-    hi: float | None = None
-    x = norm(start)
-    # bracket
-    if measure(x):
-        lo = x
-        while steps < max_steps and lo < ceiling:
-            x = up(lo)
-            if measure(x):
-                lo = x
-                widen()
-            else:
-                hi = x
-                break
-    else:
-        hi = x
-        while steps < max_steps and hi > floor:
-            x = down(hi)
-            if x >= hi:
-                break
-            if measure(x):
-                lo = x
-                break
-            hi = x
-            widen()
+    srch = _Search(run, slo, over=over, max_steps=max_steps, floor=floor, ceiling=ceiling, recheck=recheck, step=step,
+                   log=log)
+    lo, hi = srch.bracket(srch.norm(start))
+    res = srch.res
     if lo is None:
         res.bracket = [None, hi]
         return res
-    # bisect
-    while hi is not None and steps < max_steps:
-        if (integer and hi - lo <= 1) or (not integer and hi / lo <= 1 + tolerance):
-            break
-        mid = norm(math.sqrt(lo * hi)) if not integer else norm((lo + hi) / 2)
-        if mid in (lo, hi):
-            break
-        if measure(mid):
-            lo = mid
-        else:
-            hi = mid
-    # repeats at the boundary: every repeat must pass, else step down and repeat there. Near the knee a
-    # short window's P99 is bimodal on a noisy box (a queue forms or it does not), so one failed
-    # confirmation is no reason to give up: step down (up to 4 times) until a load passes every repeat.
-    confirmed = False
-    need = max(0, repeats - 1)  # lo already passed once during the bisection
-    for _ in range(5):
-        if all(measure(lo) for _ in range(need)):
-            confirmed = True
-            break
-        hi = lo
-        nxt = norm(lo - 1) if integer else norm(lo / (1 + tolerance))
-        if nxt >= hi:
-            break
-        lo, need = nxt, repeats
+    lo, hi = srch.bisect(lo, hi, tolerance)
+    lo, hi, confirmed = srch.confirm_boundary(lo, hi, repeats, tolerance)
     res.repeats = repeats
     res.bracket = [lo, hi]
     res.met = confirmed
     res.max_load = lo if confirmed else None
-    top_pass = max((x for x, ok in seen if ok), default=None)
-    bad = sorted({x for x, ok in seen if not ok and top_pass is not None and x <= top_pass})
-    if bad:
-        res.contradicted = bad
-        res.noise_note = (f"noisy boundary: {over} {', '.join(_fmt(x, integer) for x in bad)} failed although "
-                          f"{_fmt(top_pass, integer)} passed once. A repeat of this search may land elsewhere: "
-                          "lengthen --duration, or set the SLO where latency is bound by capacity rather than by "
-                          "the host's hiccups (docs/bench.md)")
-        log(res.noise_note)
+    srch.note_noise()
     return res
+
+
+class _Search:
+    """One search's state: the loads measured with their verdicts, the step count and the bracketing factor."""
+
+    def __init__(self, run: Callable[[float], Point], slo: SLO, *, over: str, max_steps: int, floor: float | None,
+                 ceiling: float | None, recheck: bool, step: float, log: Callable[[str], None]) -> None:
+        self.run, self.slo, self.over, self.max_steps, self.recheck, self.log = run, slo, over, max_steps, recheck, log
+        self.integer = over == "concurrency"
+        self.floor = floor if floor is not None else (1 if self.integer else 0.1)
+        self.ceiling = ceiling if ceiling is not None else (4096 if self.integer else 1e6)
+        self.res = SLOResult(target=slo.text, over=over)
+        self.steps = 0
+        self.seen: list[tuple[float, bool]] = []
+        self.f = step
+
+    def measure(self, load: float, again: bool = False) -> bool:
+        """Run one point at `load` and judge it; a marginal failure is measured once more (`recheck`)."""
+        self.steps += 1
+        p = self.run(load)
+        ok, notes = self.slo.check(p)
+        self.seen.append((load, ok))
+        p.slo_pass, p.slo_detail = ok, notes
+        line = f"{self.over}={_fmt(load, self.integer)}: {'pass' if ok else 'FAIL'} ({'; '.join(notes)})"
+        if again:
+            line += " [re-check of a marginal failure]"
+        self.res.steps.append(line)
+        self.log(line)
+        if not ok and self.recheck and not again and self.steps < self.max_steps + 4 and self.slo.marginal(p):
+            self.res.rechecks += 1
+            return self.measure(load, again=True)
+        return ok
+
+    def norm(self, x: float) -> float:
+        return float(max(self.floor, min(self.ceiling, round(x) if self.integer else x)))
+
+    def up(self, x: float) -> float:  # the next load above x (integers move by at least 1)
+        y = self.norm(x * self.f)
+        return self.norm(x + 1) if self.integer and y <= x else y
+
+    def down(self, x: float) -> float:
+        y = self.norm(x / self.f)
+        return self.norm(x - 1) if self.integer and y >= x else y
+
+    def widen(self) -> None:
+        if self.f < 2:
+            self.f = min(2.0, self.f * self.f)
+
+    def bracket(self, x: float) -> tuple[float | None, float | None]:
+        """(highest load passed, lowest failed) from `x`, moving up while points pass or down while they fail."""
+        lo: float | None = None
+        hi: float | None = None
+        if self.measure(x):
+            lo = x
+            while self.steps < self.max_steps and lo < self.ceiling:
+                x = self.up(lo)
+                if self.measure(x):
+                    lo = x
+                    self.widen()
+                else:
+                    hi = x
+                    break
+        else:
+            hi = x
+            while self.steps < self.max_steps and hi > self.floor:
+                x = self.down(hi)
+                if x >= hi:
+                    break
+                if self.measure(x):
+                    lo = x
+                    break
+                hi = x
+                self.widen()
+        return lo, hi
+
+    def bisect(self, lo: float, hi: float | None, tolerance: float) -> tuple[float, float | None]:
+        """Narrow [lo, hi] (geometric midpoints; integers by halves) to within `tolerance` or the step budget."""
+        while hi is not None and self.steps < self.max_steps:
+            if (self.integer and hi - lo <= 1) or (not self.integer and hi / lo <= 1 + tolerance):
+                break
+            mid = self.norm(math.sqrt(lo * hi)) if not self.integer else self.norm((lo + hi) / 2)
+            if mid in (lo, hi):
+                break
+            if self.measure(mid):
+                lo = mid
+            else:
+                hi = mid
+        return lo, hi
+
+    def confirm_boundary(self, lo: float, hi: float | None, repeats: int,
+                         tolerance: float) -> tuple[float, float | None, bool]:
+        """Repeats at the boundary: every repeat must pass, else step down and repeat there. Near the knee a
+        short window's P99 is bimodal on a noisy box (a queue forms or it does not), so one failed
+        confirmation is no reason to give up: step down (up to 4 times) until a load passes every repeat."""
+        need = max(0, repeats - 1)  # lo already passed once during the bisection
+        for _ in range(5):
+            if all(self.measure(lo) for _ in range(need)):
+                return lo, hi, True
+            hi = lo
+            nxt = self.norm(lo - 1) if self.integer else self.norm(lo / (1 + tolerance))
+            if nxt >= hi:
+                break
+            lo, need = nxt, repeats
+        return lo, hi, False
+
+    def note_noise(self) -> None:
+        """Name the loads that failed below one that passed: a boundary a repeat of the search may not find."""
+        top_pass = max((x for x, ok in self.seen if ok), default=None)
+        bad = sorted({x for x, ok in self.seen if not ok and top_pass is not None and x <= top_pass})
+        if bad:
+            self.res.contradicted = bad
+            self.res.noise_note = (
+                f"noisy boundary: {self.over} {', '.join(_fmt(x, self.integer) for x in bad)} failed although "
+                f"{_fmt(top_pass, self.integer)} passed once. A repeat of this search may land elsewhere: "
+                "lengthen --duration, or set the SLO where latency is bound by capacity rather than by "
+                "the host's hiccups (docs/bench.md)")
+            self.log(self.res.noise_note)
 
 
 def confirm(run: Callable[[float], Point], slo: SLO, *, start: float, duration: float, over: str = "rate",

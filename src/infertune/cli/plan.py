@@ -45,8 +45,6 @@ def plan_cmd(
     infertune serve / vLLM pooling runner / TensorRT commands.
 
     The plan goes to stdout (`infertune plan ... > plan.txt`); with --json, JSON goes there instead."""
-    from rich.markup import escape
-
     from infertune.console import console
     from infertune.errors import InfertuneError
     from infertune.plan.planner import PlanConfig, plan
@@ -60,12 +58,17 @@ def plan_cmd(
         kv_cache_memory_bytes=int(kv_cache_memory_gib * 2**30) if kv_cache_memory_gib else None,
     ))
     con = console(stderr=as_json)
+    (print_embedding if r.embedding is not None else print_generation)(con, r)
+    if as_json:
+        typer.echo(json.dumps(r.model_dump(mode="json"), indent=2))
+
+
+def print_generation(con, r) -> None:
+    """A causal LM's plan: weights, the memory budget down to the KV cache, concurrency, TP, rooflines, the engine,
+    its commands and the quantized checkpoints."""
+    from rich.markup import escape
+
     g = 2**30
-    if r.embedding is not None:
-        print_embedding(con, r)
-        if as_json:
-            typer.echo(json.dumps(r.model_dump(mode="json"), indent=2))
-        return
     con.print(f"[bold]{r.model}[/] on {r.gpu['name']} ({r.gpu['memory_gib']} GiB, {r.gpu['bandwidth_gbs']} GB/s): "
               f"{r.params / 1e9:.2f} B params ({r.params_active / 1e9:.2f} B active)", highlight=False)
     con.print("weights: " + ", ".join(f"{d} {b / g:.2f} GiB" for d, b in r.weights_bytes_by_dtype.items()),
@@ -98,8 +101,6 @@ def plan_cmd(
             con.print(f"[dim]checkpoint {escape(q['label'])}:[/] dropped: {escape(q['reason'])}", highlight=False)
     for n in r.notes:
         con.print(f"[dim]note: {escape(n)}[/]", highlight=False)
-    if as_json:
-        typer.echo(json.dumps(r.model_dump(mode="json"), indent=2))
 
 
 def print_embedding(con, r) -> None:

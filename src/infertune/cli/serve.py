@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -58,130 +58,179 @@ def register(app: typer.Typer) -> None:
     app.command("serve", help=HELP)(serve_cmd)
 
 
+# each flag's type and help, so that serve_cmd's signature reads as the list of flags and their defaults
+Model = Annotated[str, typer.Argument(help="tune artifact dir, encoder dir, or alias (minilm)")]
+Host = Annotated[str, typer.Option(help="interface to bind; loopback unless you mean to expose it")]
+Port = Annotated[int, typer.Option(help="TCP port (0 = any free port, printed at start)")]
+Device = Annotated[str | None, typer.Option(help="cpu or cuda (default: the artifact's device, else cpu)")]
+ApiKey = Annotated[str | None, typer.Option(
+    envvar="INFERTUNE_API_KEY",
+    help="require 'Authorization: Bearer KEY' on all routes but /health (env INFERTUNE_API_KEY)")]
+ServedModelName = Annotated[str | None, typer.Option(
+    help="model id clients send (default: the model's name)")]
+BatchTokens = Annotated[int | None, typer.Option(
+    help="padded-token budget per forward pass (default: from the artifact, else 4096 cpu / 16384 cuda)")]
+MaxBatchItems = Annotated[int | None, typer.Option(
+    help="cap on items per forward pass (default: artifact, else 256)")]
+MaxBatchTokens = Annotated[int | None, typer.Option(
+    help="under load (more ready items than one --batch-tokens budget) batches grow "
+         "up to this; default 4x --batch-tokens on CUDA, no growth on CPU")]
+MaxWaitMs = Annotated[float | None, typer.Option(
+    help="max time an item waits for a fuller batch (default: 10% of the "
+         "artifact's p50 batch time, else 5 ms cpu / 2 ms cuda)")]
+MaxPadding = Annotated[float | None, typer.Option(
+    help="close a batch before padded/real tokens pass this ratio (default 1.25 "
+         "on cpu, where compute scales with padded tokens; off on cuda)")]
+TokenizeWorkers = Annotated[int | None, typer.Option(help="tokenizer threads (default 1; 2 on 8+ cores)")]
+Threads = Annotated[int | None, typer.Option(help="torch threads (default: what tune measured with)")]
+MaxQueue = Annotated[int, typer.Option(help="requests in flight before new ones get 429")]
+MaxItemsPerRequest = Annotated[int, typer.Option(
+    help="items per request (OpenAI allows 2048)")]
+MaxBodyMb = Annotated[float, typer.Option(help="request body limit in MiB (413 above)")]
+RequestTimeoutS = Annotated[float, Duration("per-request timeout (504 after)")]
+Truncate = Annotated[bool, typer.Option(
+    "--truncate/--reject-long",
+    help="truncate over-length input to the model's limit instead of answering 400")]
+GracefulTimeoutS = Annotated[float, Duration(
+    "on SIGTERM, how long to wait for in-flight requests")]
+DrainS = Annotated[float, Duration(
+    "on SIGTERM, /ready fails at once but new connections are still accepted (and answered) for this "
+    "long before the graceful shutdown, so a load balancer can stop routing here", "--drain-s")]
+Frontends = Annotated[int | None, typer.Option(
+    help="HTTP/tokenizer processes sharing the port (default 1 on CPU; on GPUs all cores but two per GPU and two "
+         "more, <= 12 per GPU). More than one, or several --devices, runs the model in engine processes")]
+Devices = Annotated[str | None, typer.Option(
+    help="with --device cuda: GPUs to serve on, one engine process "
+         "each, e.g. 0,1 (default: every visible GPU)")]
+StrictHost = Annotated[bool, typer.Option(
+    "--strict-host",
+    help="refuse (exit 2) to serve an artifact tuned on a host that differs from this one in what "
+         "its engine uses (CPU features, GPU compute capability or product, engine version); "
+         "without it serve prints the difference and the tune command to run here")]
+LogLevel = Annotated[str, typer.Option(help="uvicorn log level")]
+WorkerProcess = Annotated[bool, typer.Option(
+    "--worker-process/--in-process",
+    help="run the model in a supervised engine process that is restarted when it dies (in-flight "
+         "requests get 503, /metrics counts infertune_worker_restarts_total); several frontends or GPUs "
+         "always run so")]
+WorkerTimeoutS = Annotated[float, Duration(
+    "with engine processes (--worker-process, --frontends N, several GPUs): an engine that holds "
+    "requests and answers nothing for this long is stalled; it is killed and restarted")]
+Ceiling = Annotated[bool, typer.Option(
+    "--ceiling",
+    help="do not serve: measure the forward-only ceiling (items/s with nothing but the "
+         "model running, batches packed as the server packs them) on --workload's texts, "
+         "print it and exit; compare with `infertune bench` against the server")]
+Workload = Annotated[str | None, typer.Option(
+    help="with --ceiling: JSONL/text of inputs (default: the embedded sample)")]
+AsJson = Annotated[bool, typer.Option("--json", help="print the ServeResult as JSON to stdout on exit")]
+CudaGraphs = Annotated[str | None, typer.Option(
+    help="auto|on|off|padded|packed: on a GPU, replay each bucketed batch shape of a PyTorch engine "
+         "as a CUDA graph, checked once against the eager forward (auto: wherever it can run, and a "
+         "decoder embedder's batches packed padding-free with FlashAttention varlen; padded: graphs "
+         "over padded batches only; packed: an encoder's batches packed too; off: eager, one Python "
+         "call per kernel; default: what the artifact's tune measured, else auto)")]
+Task = Annotated[str | None, typer.Option(
+    help="embed: serve a causal-LM checkpoint (*ForCausalLM) as an embedder, e.g. a decoder "
+         "embedder without modules.json (default: decided from the model's files)")]
+Pooling = Annotated[str | None, typer.Option(
+    help="override the model's pooling: mean|cls|max|last|mean_sqrt_len")]
+Prompt = Annotated[list[str] | None, typer.Option(
+    help="NAME=TEXT: an instruction prompt a request picks with \"prompt_name\": NAME "
+         "(repeatable; adds to the model's config_sentence_transformers.json prompts)")]
+DefaultPromptName = Annotated[str | None, typer.Option(
+    help="the prompt applied when a request names none (default: the model's own default, else none)")]
+
+
 def serve_cmd(
-    model: Annotated[str, typer.Argument(help="tune artifact dir, encoder dir, or alias (minilm)")] = D["model"],
-    host: Annotated[str, typer.Option(help="interface to bind; loopback unless you mean to expose it")] = D["host"],
-    port: Annotated[int, typer.Option(help="TCP port (0 = any free port, printed at start)")] = D["port"],
-    device: Annotated[str | None, typer.Option(help="cpu or cuda (default: the artifact's device, else cpu)")] = None,
-    api_key: Annotated[str | None, typer.Option(
-        envvar="INFERTUNE_API_KEY",
-        help="require 'Authorization: Bearer KEY' on all routes but /health (env INFERTUNE_API_KEY)")] = None,
-    served_model_name: Annotated[str | None, typer.Option(
-        help="model id clients send (default: the model's name)")] = None,
-    batch_tokens: Annotated[int | None, typer.Option(
-        help="padded-token budget per forward pass (default: from the artifact, else 4096 cpu / 16384 cuda)")] = None,
-    max_batch_items: Annotated[int | None, typer.Option(
-        help="cap on items per forward pass (default: artifact, else 256)")] = None,
-    max_batch_tokens: Annotated[int | None, typer.Option(
-        help="under load (more ready items than one --batch-tokens budget) batches grow "
-             "up to this; default 4x --batch-tokens on CUDA, no growth on CPU")] = None,
-    max_wait_ms: Annotated[float | None, typer.Option(
-        help="max time an item waits for a fuller batch (default: 10% of the "
-             "artifact's p50 batch time, else 5 ms cpu / 2 ms cuda)")] = None,
-    max_padding: Annotated[float | None, typer.Option(
-        help="close a batch before padded/real tokens pass this ratio (default 1.25 "
-             "on cpu, where compute scales with padded tokens; off on cuda)")] = None,
-    tokenize_workers: Annotated[int | None, typer.Option(help="tokenizer threads (default 1; 2 on 8+ cores)")] = None,
-    threads: Annotated[int | None, typer.Option(help="torch threads (default: what tune measured with)")] = None,
-    max_queue: Annotated[int, typer.Option(help="requests in flight before new ones get 429")] = D["max_queue"],
-    max_items_per_request: Annotated[int, typer.Option(
-        help="items per request (OpenAI allows 2048)")] = D["max_items_per_request"],
-    max_body_mb: Annotated[float, typer.Option(help="request body limit in MiB (413 above)")] = D["max_body_mb"],
-    request_timeout_s: Annotated[float, Duration("per-request timeout (504 after)")] = D["request_timeout_s"],
-    truncate: Annotated[bool, typer.Option(
-        "--truncate/--reject-long",
-        help="truncate over-length input to the model's limit instead of answering 400")] = D["truncate"],
-    graceful_timeout_s: Annotated[float, Duration(
-        "on SIGTERM, how long to wait for in-flight requests")] = D["graceful_timeout_s"],
-    drain_s: Annotated[float, Duration(
-        "on SIGTERM, /ready fails at once but new connections are still accepted (and answered) for this "
-        "long before the graceful shutdown, so a load balancer can stop routing here", "--drain-s")] = D["drain_s"],
-    frontends: Annotated[int | None, typer.Option(
-        help="HTTP/tokenizer processes sharing the port (default 1 on CPU; on GPUs all cores but two per GPU and two "
-             "more, <= 12 per GPU). More than one, or several --devices, runs the model in engine processes")] = None,
-    devices: Annotated[str | None, typer.Option(
-        help="with --device cuda: GPUs to serve on, one engine process "
-             "each, e.g. 0,1 (default: every visible GPU)")] = None,
-    strict_host: Annotated[bool, typer.Option(
-        "--strict-host",
-        help="refuse (exit 2) to serve an artifact tuned on a host that differs from this one in what "
-             "its engine uses (CPU features, GPU compute capability or product, engine version); "
-             "without it serve prints the difference and the tune command to run here")] = D["strict_host"],
-    log_level: Annotated[str, typer.Option(help="uvicorn log level")] = D["log_level"],
-    worker_process: Annotated[bool, typer.Option(
-        "--worker-process/--in-process",
-        help="run the model in a supervised engine process that is restarted when it dies (in-flight "
-             "requests get 503, /metrics counts infertune_worker_restarts_total); several frontends or GPUs "
-             "always run so")] = D["worker_process"],
-    worker_timeout_s: Annotated[float, Duration(
-        "with engine processes (--worker-process, --frontends N, several GPUs): an engine that holds "
-        "requests and answers nothing for this long is stalled; it is killed and restarted")] = D["worker_timeout_s"],
-    ceiling: Annotated[bool, typer.Option(
-        "--ceiling",
-        help="do not serve: measure the forward-only ceiling (items/s with nothing but the "
-             "model running, batches packed as the server packs them) on --workload's texts, "
-             "print it and exit; compare with `infertune bench` against the server")] = False,
-    workload: Annotated[str | None, typer.Option(
-        help="with --ceiling: JSONL/text of inputs (default: the embedded sample)")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the ServeResult as JSON to stdout on exit")] = False,
-    cuda_graphs: Annotated[str | None, typer.Option(
-        help="auto|on|off|padded|packed: on a GPU, replay each bucketed batch shape of a PyTorch engine "
-             "as a CUDA graph, checked once against the eager forward (auto: wherever it can run, and a "
-             "decoder embedder's batches packed padding-free with FlashAttention varlen; padded: graphs "
-             "over padded batches only; packed: an encoder's batches packed too; off: eager, one Python "
-             "call per kernel; default: what the artifact's tune measured, else auto)")] = None,
-    task: Annotated[str | None, typer.Option(
-        help="embed: serve a causal-LM checkpoint (*ForCausalLM) as an embedder, e.g. a decoder "
-             "embedder without modules.json (default: decided from the model's files)")] = None,
-    pooling: Annotated[str | None, typer.Option(
-        help="override the model's pooling: mean|cls|max|last|mean_sqrt_len")] = None,
-    prompt: Annotated[list[str] | None, typer.Option(
-        help="NAME=TEXT: an instruction prompt a request picks with \"prompt_name\": NAME "
-             "(repeatable; adds to the model's config_sentence_transformers.json prompts)")] = None,
-    default_prompt_name: Annotated[str | None, typer.Option(
-        help="the prompt applied when a request names none (default: the model's own default, else none)")] = None,
+    model: Model = D["model"],
+    host: Host = D["host"],
+    port: Port = D["port"],
+    device: Device = None,
+    api_key: ApiKey = None,
+    served_model_name: ServedModelName = None,
+    batch_tokens: BatchTokens = None,
+    max_batch_items: MaxBatchItems = None,
+    max_batch_tokens: MaxBatchTokens = None,
+    max_wait_ms: MaxWaitMs = None,
+    max_padding: MaxPadding = None,
+    tokenize_workers: TokenizeWorkers = None,
+    threads: Threads = None,
+    max_queue: MaxQueue = D["max_queue"],
+    max_items_per_request: MaxItemsPerRequest = D["max_items_per_request"],
+    max_body_mb: MaxBodyMb = D["max_body_mb"],
+    request_timeout_s: RequestTimeoutS = D["request_timeout_s"],
+    truncate: Truncate = D["truncate"],
+    graceful_timeout_s: GracefulTimeoutS = D["graceful_timeout_s"],
+    drain_s: DrainS = D["drain_s"],
+    frontends: Frontends = None,
+    devices: Devices = None,
+    strict_host: StrictHost = D["strict_host"],
+    log_level: LogLevel = D["log_level"],
+    worker_process: WorkerProcess = D["worker_process"],
+    worker_timeout_s: WorkerTimeoutS = D["worker_timeout_s"],
+    ceiling: Ceiling = False,
+    workload: Workload = None,
+    as_json: AsJson = False,
+    cuda_graphs: CudaGraphs = None,
+    task: Task = None,
+    pooling: Pooling = None,
+    prompt: Prompt = None,
+    default_prompt_name: DefaultPromptName = None,
 ) -> None:
+    flags = dict(locals())  # every parameter by name, before any other local exists
     from infertune.extras import require
 
     require("serve-ceiling" if ceiling else "serve")
     from infertune.errors import InfertuneError
     from infertune.serve.app import serve
-    from infertune.serve.config import ServeConfig
 
     if device not in (None, "cpu", "cuda"):
         raise InfertuneError(f"--device must be cpu or cuda, not {device!r}")
     if cuda_graphs not in (None, "auto", "on", "off", "padded", "packed"):
         raise InfertuneError(f"--cuda-graphs must be auto, on, off, padded or packed, not {cuda_graphs!r}")
     if ceiling:
-        from infertune.serve.ceiling import forward_ceiling
-        from infertune.workloads.texts import load_workload
-
-        texts = load_workload(workload).items if workload else None
-        c = forward_ceiling(model, device, texts, batch_tokens=batch_tokens, max_batch_items=max_batch_items,
-                            progress=lambda m: typer.echo(m, err=True), cuda_graphs=cuda_graphs, task=task)
-        typer.echo(f"forward-only ceiling of {model} on {c['device']}: {c['items_per_s']:,.1f} items/s (median of "
-                   f"n={c['n']} rounds, range {c['min']:,.1f}-{c['max']:,.1f}); {c['texts']} texts, "
-                   f"{c['tokens_per_item_mean']} tokens each on average, {c['batches']} batches of "
-                   f"{c['items_per_batch_mean']} items (budget {c['budget_tokens']} padded tokens, "
-                   f"<= {c['max_items']} items)",
-                   err=as_json)
-        if as_json:
-            typer.echo(json.dumps(c, indent=2))
+        _print_ceiling(model, device, workload, batch_tokens, max_batch_items, cuda_graphs, task, as_json)
         return
-    cfg = ServeConfig(
-        model=model, host=host, port=port, device=device, api_key=api_key, served_model_name=served_model_name,
-        batch_tokens=batch_tokens, max_batch_items=max_batch_items, max_batch_tokens=max_batch_tokens,
-        max_wait_ms=max_wait_ms,
-        max_padding=max_padding, tokenize_workers=tokenize_workers, threads=threads, max_queue=max_queue,
-        max_items_per_request=max_items_per_request, max_body_bytes=int(max_body_mb * 1024 * 1024),
-        request_timeout_s=request_timeout_s, truncate=truncate, graceful_timeout_s=graceful_timeout_s,
-        log_level=log_level, worker_process=worker_process, worker_timeout_s=worker_timeout_s, drain_s=drain_s,
-        frontends=frontends, devices=[d.strip() for d in devices.split(",") if d.strip()] if devices else None,
-        task=task, pooling=pooling, prompts=parse_prompts(prompt), default_prompt_name=default_prompt_name,
-        cuda_graphs=cuda_graphs, strict_host=strict_host,
-    )
-    result = serve(cfg)
+    result = serve(_serve_config(flags))
     typer.echo(f"stopped after {result.uptime_s} s: {result.items} items in {result.batches} batches; "
                f"requests by status {result.requests}", err=True)
     if as_json:
         typer.echo(json.dumps(result.model_dump(mode="json"), indent=2))
+
+
+def _print_ceiling(model: str, device: str | None, workload: str | None, batch_tokens: int | None,
+                   max_batch_items: int | None, cuda_graphs: str | None, task: str | None, as_json: bool) -> None:
+    """--ceiling: measure the forward-only items/s and print it (on stderr with --json, the numbers on stdout)."""
+    from infertune.serve.ceiling import forward_ceiling
+    from infertune.workloads.texts import load_workload
+
+    texts = load_workload(workload).items if workload else None
+    c = forward_ceiling(model, device, texts, batch_tokens=batch_tokens, max_batch_items=max_batch_items,
+                        progress=lambda m: typer.echo(m, err=True), cuda_graphs=cuda_graphs, task=task)
+    typer.echo(f"forward-only ceiling of {model} on {c['device']}: {c['items_per_s']:,.1f} items/s (median of "
+               f"n={c['n']} rounds, range {c['min']:,.1f}-{c['max']:,.1f}); {c['texts']} texts, "
+               f"{c['tokens_per_item_mean']} tokens each on average, {c['batches']} batches of "
+               f"{c['items_per_batch_mean']} items (budget {c['budget_tokens']} padded tokens, "
+               f"<= {c['max_items']} items)",
+               err=as_json)
+    if as_json:
+        typer.echo(json.dumps(c, indent=2))
+
+
+def _serve_config(f: dict[str, Any]) -> ServeConfig:
+    """The ServeConfig that serve_cmd's flags (`f`, by parameter name) describe."""
+    devices = f["devices"]
+    return ServeConfig(
+        model=f["model"], host=f["host"], port=f["port"], device=f["device"], api_key=f["api_key"],
+        served_model_name=f["served_model_name"], batch_tokens=f["batch_tokens"],
+        max_batch_items=f["max_batch_items"], max_batch_tokens=f["max_batch_tokens"], max_wait_ms=f["max_wait_ms"],
+        max_padding=f["max_padding"], tokenize_workers=f["tokenize_workers"], threads=f["threads"],
+        max_queue=f["max_queue"], max_items_per_request=f["max_items_per_request"],
+        max_body_bytes=int(f["max_body_mb"] * 1024 * 1024), request_timeout_s=f["request_timeout_s"],
+        truncate=f["truncate"], graceful_timeout_s=f["graceful_timeout_s"], log_level=f["log_level"],
+        worker_process=f["worker_process"], worker_timeout_s=f["worker_timeout_s"], drain_s=f["drain_s"],
+        frontends=f["frontends"], devices=[d.strip() for d in devices.split(",") if d.strip()] if devices else None,
+        task=f["task"], pooling=f["pooling"], prompts=parse_prompts(f["prompt"]),
+        default_prompt_name=f["default_prompt_name"], cuda_graphs=f["cuda_graphs"], strict_host=f["strict_host"],
+    )

@@ -1,10 +1,12 @@
 """Exact commands for the planned deployment: `vllm serve`, `docker run` and llama.cpp's `llama-server`
 (TensorRT's: plan/tensorrt.py; the llm-compressor step that makes a quantized checkpoint:
-llm/checkpoint_step.py)."""
+llm/checkpoint_step.py), and the table of them a plan prints."""
 
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
+from typing import Any
 
 from infertune.plan.arch import Arch
 
@@ -52,3 +54,28 @@ def llama_cpp_cmd(a: Arch, name: str, context: int, seqs: int, usable: float) ->
     ngl = a.layers if a.weights_bytes("int4") + kv <= usable else max(0, int((usable - kv - 0.5 * GIB) // per_layer))
     return shlex.join(["llama-server", "-m", f"{name}-Q4_K_M.gguf", "-c", str(context * max(seqs, 1)),
                        "--parallel", str(max(seqs, 1)), "-ngl", str(ngl), "--host", "0.0.0.0", "--port", "8080"])
+
+
+def write_commands(a: Arch, name: str, model_dir: str, served: str | None, step: Any, vcmd: str, *, dtype: str,
+                   tp: int, pp: int, max_seqs: int, max_input: int, context: int, batched: int, half: str,
+                   llama_cpp: bool, usable: float, notes: list[str]) -> dict[str, str]:
+    """Name -> command for a causal LM's plan: the llm-compressor step (when the weights need one), `vllm serve`
+    (`vcmd`), TensorRT-LLM's steps, `docker run` and, for an edge GPU, llama.cpp's; `notes` gets how to use them."""
+    from infertune.plan.tensorrt import one_line, trtllm_steps
+
+    trt = trtllm_steps(model_dir, a.model_type, dtype, tp=tp, pp=pp, max_batch=max_seqs, max_input=max_input,
+                       max_seq=context, max_tokens=max(batched, max_input), half=half)
+    commands = {**({"llm-compressor": step.command} if step else {}), "vllm": vcmd,
+                **{k: one_line(v) for k, v in trt.items()},
+                "docker": docker_cmd(served or model_dir, Path(served).name if served else name, vcmd, tp, tp)}
+    notes.append("TensorRT-LLM (where it is installed; `infertune export MODEL` writes these steps as a script): "
+                 "$TRTLLM is a TensorRT-LLM checkout; the engine is built for this GPU, "
+                 f"{max_seqs} sequences, prompts up to {max_input} and sequences up to {context} tokens")
+    if llama_cpp:
+        commands["llama.cpp"] = llama_cpp_cmd(a, name, context, max_seqs, usable)
+        ngl = int(commands["llama.cpp"].split(" -ngl ")[1].split()[0])
+        notes.append(f"llama.cpp: {ngl} of {a.layers} layers on the GPU (-ngl), the rest on the CPU; 4-bit GGUF "
+                     f"weights {a.weights_bytes('int4') / GIB:.2f} GiB")
+        notes.append("llama.cpp needs a GGUF: python convert_hf_to_gguf.py MODEL_DIR --outtype f16, then "
+                     f"llama-quantize {name}-f16.gguf {name}-Q4_K_M.gguf Q4_K_M")
+    return commands

@@ -89,7 +89,7 @@ def flops_per_token(a: Arch, length: int, decoder: bool) -> float:
 
 
 def model_inputs(raw: dict[str, Any]) -> list[str]:
-    """What the ONNX export (infertune.export.onnx) takes: token_type_ids when the config has a type vocabulary."""
+    """What the ONNX export (infertune.engines.onnx_export) takes: token_type_ids when the config has a type vocabulary."""
     from infertune.plan.arch import _text
 
     return ["input_ids", "attention_mask"] + (["token_type_ids"] if _text(raw).get("type_vocab_size") else [])
@@ -155,6 +155,55 @@ def plan_embedding(cfg, a: Arch, kind, raw: dict[str, Any], g: dict, total: floa
     name, model_dir = location
     if not Path(cfg.model).expanduser().exists():  # an alias (minilm): its files sit in a directory named "model"
         name = Path(cfg.model).name
+    context = _context(cfg, a, wl, lengths, model_dir, notes)
+    tokens = max(cfg.max_num_batched_tokens or DEFAULT_TOKENS, context)
+    if (cfg.gpus or 1) > 1 or (cfg.tensor_parallel_size or 1) > 1:
+        notes.append("an embedder is planned on one GPU (tensor parallel only adds all-reduces): with more GPUs run "
+                     "one replica each (infertune serve --devices 0,1,... or one vLLM server per GPU)")
+    length = min(int(wl.get("prompt_p50") or TYPICAL_LEN), context)
+    non_torch = cfg.non_torch_gib * GIB
+    usable = total * cfg.gpu_memory_utilization
+
+    def need(dtype: str) -> float:
+        return a.weights_bytes(dtype) + activation_bytes(a, tokens, dtype) + non_torch
+
+    dtype = _dtype(cfg, g, usable, need, notes)
+    fits = need(dtype) <= usable
+    if not fits:
+        notes.append(f"needs {need(dtype) / GIB:.2f} GiB of {usable / GIB:.2f}: lower --max-num-batched-tokens "
+                     f"({tokens} now), quantize the weights, or pick a larger GPU")
+    act = activation_bytes(a, tokens, dtype)
+    roof = roofline(a, g, dtype, tokens, length, decoder)
+    inputs = model_inputs(raw)
+
+    # vLLM: size --gpu-memory-utilization to what the model needs instead of reserving 90% of the GPU for a cache.
+    # A decoder's attention still writes keys/values to vLLM's paged buffer for the tokens in flight.
+    pages = a.kv_bytes_per_token("bf16") * max(tokens, context) if decoder else 0
+    util = min(cfg.gpu_memory_utilization,
+               max(0.05, math.ceil((need(dtype) + pages + 0.5 * GIB) / total * 20) / 20))
+    cmds = _commands(cfg, kind, name, model_dir, g, decoder=decoder, context=context, tokens=tokens, dtype=dtype,
+                     util=util, lengths=lengths, inputs=inputs)
+    engines, chosen, reason = _engines(cfg, a, cmds, name, inputs, decoder=decoder, context=context, util=util)
+    notes += _notes(cfg, a, tokens, length, decoder=decoder, pages=pages, context=context, util=util)
+    emb = EmbedPlan(
+        arch=kind.arch, why=kind.why, batch_tokens=tokens, input_len=length,
+        activation_model="tokens x bytes x (hidden x layers + m x intermediate), m = 3 gated / 2 plain MLP",
+        activation_bytes=act, memory_need_bytes=int(need(dtype)), memory_available_bytes=int(usable),
+        inputs=inputs, engines=engines, **roof)
+    return {
+        "context": context, "dtype": dtype, "fits": fits, "embedding": emb,
+        "engine_name": chosen, "engine_reasons": [reason, next(e.why for e in engines if e.chosen)],
+        "memory_budget": {"total": total, "requested": usable, "weights": float(a.weights_bytes(dtype)),
+                          "activation_peak": float(act), "non_torch": float(non_torch)},
+        "commands": {"infertune-serve": cmds["serve"], "vllm-pooling": cmds["vllm"], "onnx-export": cmds["export"],
+                     "trtexec": cmds["trt"]["build"], "trtexec-bench": cmds["trt"]["bench"],
+                     "docker": docker_cmd(model_dir, name, cmds["vllm"], 1, 1)},
+    }
+
+
+def _context(cfg, a: Arch, wl: dict[str, Any], lengths: list[int], model_dir: str, notes: list[str]) -> int:
+    """The longest input planned for: --context, else the workload's longest (rounded up to 64), else
+    sentence-transformers' max_seq_length, else 8192, capped at what the model reads."""
     st_len = st_max_seq_length(model_dir)
     # the longest input the model reads: its position table, and sentence-transformers' max_seq_length below it
     limit = min(x for x in (a.max_positions, st_len, 1 << 30) if x)
@@ -177,55 +226,44 @@ def plan_embedding(cfg, a: Arch, kind, raw: dict[str, Any], g: dict, total: floa
             else "longer inputs would be truncated or refused"
         notes.append(f"inputs capped at {limit} tokens, the model's limit ({why_limit}): {which}")
         context = limit
-    tokens = max(cfg.max_num_batched_tokens or DEFAULT_TOKENS, context)
-    if (cfg.gpus or 1) > 1 or (cfg.tensor_parallel_size or 1) > 1:
-        notes.append("an embedder is planned on one GPU (tensor parallel only adds all-reduces): with more GPUs run "
-                     "one replica each (infertune serve --devices 0,1,... or one vLLM server per GPU)")
-    length = min(int(wl.get("prompt_p50") or TYPICAL_LEN), context)
-    cc = tuple(int(x) for x in g["cc"].split("."))
-    non_torch = cfg.non_torch_gib * GIB
-    usable = total * cfg.gpu_memory_utilization
+    return context
 
-    def need(dtype: str) -> float:
-        return a.weights_bytes(dtype) + activation_bytes(a, tokens, dtype) + non_torch
 
-    gpu = GPU(capability=cc)
+def _dtype(cfg, g: dict, usable: float, need, notes: list[str]) -> str:
+    """--dtype, else the 16-bit dtype this GPU has, or the first smaller one whose `need(dtype)` bytes fit."""
+    gpu = GPU(capability=tuple(int(x) for x in g["cc"].split(".")))
     default16 = gpu.half
     if cfg.dtype != "auto":
-        dtype = cfg.dtype
-    else:
-        options = [default16] + (["fp8"] if gpu.fp8 else []) + ["int8", "int4"]
-        dtype = next((d for d in options if need(d) <= usable), default16)
-        if dtype != default16:
-            notes.append(f"{default16} weights do not fit on {g['name']}; planning with {dtype}")
-    fits = need(dtype) <= usable
-    if not fits:
-        notes.append(f"needs {need(dtype) / GIB:.2f} GiB of {usable / GIB:.2f}: lower --max-num-batched-tokens "
-                     f"({tokens} now), quantize the weights, or pick a larger GPU")
-    act = activation_bytes(a, tokens, dtype)
-    roof = roofline(a, g, dtype, tokens, length, decoder)
-    inputs = model_inputs(raw)
+        return cfg.dtype
+    options = [default16] + (["fp8"] if gpu.fp8 else []) + ["int8", "int4"]
+    dtype = next((d for d in options if need(d) <= usable), default16)
+    if dtype != default16:
+        notes.append(f"{default16} weights do not fit on {g['name']}; planning with {dtype}")
+    return dtype
 
-    # vLLM: size --gpu-memory-utilization to what the model needs instead of reserving 90% of the GPU for a cache.
-    # A decoder's attention still writes keys/values to vLLM's paged buffer for the tokens in flight.
-    pages = a.kv_bytes_per_token("bf16") * max(tokens, context) if decoder else 0
-    util = min(cfg.gpu_memory_utilization,
-               max(0.05, math.ceil((need(dtype) + pages + 0.5 * GIB) / total * 20) / 20))
+
+def _commands(cfg, kind, name: str, model_dir: str, g: dict, *, decoder: bool, context: int, tokens: int,
+              dtype: str, util: float, lengths: list[int], inputs: list[str]) -> dict[str, Any]:
+    """The three engines' commands: `infertune serve` ("serve"), vLLM's pooling runner ("vllm"), and the ONNX
+    export ("export") with the TensorRT steps after it ("trt": build and bench)."""
     vcmd = vllm_pooling_cmd(model_dir, decoder=decoder, max_model_len=context, batch_tokens=tokens, util=util,
                             dtype=dtype)
     serve = ["infertune", "serve", cfg.model, "--device", "cuda", "--batch-tokens", str(tokens)]
     if kind.why.startswith("--task"):
         serve += ["--task", "embed"]
-    serve_cmd = shlex.join(serve)
-    onnx = f"{name}.onnx"
     exp = ["infertune", "export", cfg.model, "--to", "onnx", "--out", f"{name}-onnx"]
     if cfg.workload:
         exp += ["--workload", str(cfg.workload)]
     if kind.why.startswith("--task"):
         exp += ["--task", "embed"]
-    export = shlex.join(exp)
-    trt = trt_steps(onnx, [min(n, context) for n in lengths], context, tokens, tuple(inputs),
+    trt = trt_steps(f"{name}.onnx", [min(n, context) for n in lengths], context, tokens, tuple(inputs),
                     "bf16" if dtype == "bf16" else "fp16", g)
+    return {"serve": shlex.join(serve), "vllm": vcmd, "export": shlex.join(exp), "trt": trt}
+
+
+def _engines(cfg, a: Arch, cmds: dict[str, Any], name: str, inputs: list[str], *, decoder: bool, context: int,
+             util: float) -> tuple[list[EngineOption], str, str]:
+    """(the three engines with their commands and why each, the chosen one's name, why it is chosen)."""
     why_serve = (("dynamic batching of variable-length requests under a token budget; on a GPU a decoder's batches "
                   "run padding-free (FlashAttention varlen) as CUDA graphs (H200, Qwen3-Embedding-0.6B shape, "
                   "concurrency 64: 75% of the forward-only ceiling)" if decoder else
@@ -243,8 +281,8 @@ def plan_embedding(cfg, a: Arch, kind, raw: dict[str, Any], g: dict, total: floa
                    "the GPU for a cache an embedder does not need" if util < 0.9 else
                    f"; --gpu-memory-utilization {util:g}: the weights and batch activations need that much"))
     why_trt = (f"a TensorRT engine compiled for this GPU with one optimisation profile per input-length bucket "
-               f"({trt['profiles']} profiles over lengths 1-{context}, every input named: {', '.join(inputs)}) gives "
-               "the lowest latency when shapes are known; `infertune export` writes and checks the ONNX (and "
+               f"({cmds['trt']['profiles']} profiles over lengths 1-{context}, every input named: {', '.join(inputs)}) "
+               "gives the lowest latency when shapes are known; `infertune export` writes and checks the ONNX (and "
                "tensorrt.sh with these steps); the engine must be rebuilt per GPU and shape range, and batching and "
                "picking the profile are left to the server in front of it (infertune serve does not run TensorRT)")
     if cfg.fixed_shapes:
@@ -253,10 +291,10 @@ def plan_embedding(cfg, a: Arch, kind, raw: dict[str, Any], g: dict, total: floa
         chosen = "vllm-pooling"
     else:
         chosen = "infertune-serve"
-    engines = [EngineOption(name="infertune-serve", command=serve_cmd, why=why_serve),
-               EngineOption(name="vllm-pooling", command=vcmd, why=why_vllm),
-               EngineOption(name="tensorrt", command=f"{export} && cd {shlex.quote(name + '-onnx')} && {trt['build']}",
-                            why=why_trt)]
+    trt_cmd = f"{cmds['export']} && cd {shlex.quote(name + '-onnx')} && {cmds['trt']['build']}"
+    engines = [EngineOption(name="infertune-serve", command=cmds["serve"], why=why_serve),
+               EngineOption(name="vllm-pooling", command=cmds["vllm"], why=why_vllm),
+               EngineOption(name="tensorrt", command=trt_cmd, why=why_trt)]
     for e in engines:
         e.chosen = e.name == chosen
     reason = {"tensorrt": "--fixed-shapes: inputs of known shape, so a compiled engine",
@@ -265,25 +303,18 @@ def plan_embedding(cfg, a: Arch, kind, raw: dict[str, Any], g: dict, total: floa
                               "infertune serve batch without padding)",
               "infertune-serve": "a small embedder: per-request overhead and padding, not attention kernels, decide; "
                                  "tune measures the backends on this GPU"}[chosen]
-    notes.append(f"activations for {tokens} batched tokens: tokens x (hidden x layers + {3 if a.gated_mlp else 2} x "
-                 "intermediate) x bytes (every layer's output kept: an upper bound); attention scores not "
-                 f"materialised (SDPA/flash); non-torch memory {cfg.non_torch_gib} GiB")
-    notes.append(f"throughput bound at {tokens}-token batches of {length}-token inputs: spec peak and bandwidth "
-                 "(an upper bound, not a measurement: small models are held back by kernel launches and the tokenizer)")
+    return engines, chosen, reason
+
+
+def _notes(cfg, a: Arch, tokens: int, length: int, *, decoder: bool, pages: float, context: int,
+           util: float) -> list[str]:
+    """What the memory model and the throughput bound assume, and where vLLM's paged memory goes."""
+    notes = [f"activations for {tokens} batched tokens: tokens x (hidden x layers + {3 if a.gated_mlp else 2} x "
+             "intermediate) x bytes (every layer's output kept: an upper bound); attention scores not "
+             f"materialised (SDPA/flash); non-torch memory {cfg.non_torch_gib} GiB",
+             f"throughput bound at {tokens}-token batches of {length}-token inputs: spec peak and bandwidth "
+             "(an upper bound, not a measurement: small models are held back by kernel launches and the tokenizer)"]
     if decoder:
         notes.append(f"vLLM reserves paged attention memory for the tokens in flight ({pages / GIB:.2f} GiB at "
                      f"{max(tokens, context)} tokens); that is inside --gpu-memory-utilization {util:g}")
-    emb = EmbedPlan(
-        arch=kind.arch, why=kind.why, batch_tokens=tokens, input_len=length,
-        activation_model="tokens x bytes x (hidden x layers + m x intermediate), m = 3 gated / 2 plain MLP",
-        activation_bytes=act, memory_need_bytes=int(need(dtype)), memory_available_bytes=int(usable),
-        inputs=inputs, engines=engines, **roof)
-    return {
-        "context": context, "dtype": dtype, "fits": fits, "embedding": emb,
-        "engine_name": chosen, "engine_reasons": [reason, next(e.why for e in engines if e.chosen)],
-        "memory_budget": {"total": total, "requested": usable, "weights": float(a.weights_bytes(dtype)),
-                          "activation_peak": float(act), "non_torch": float(non_torch)},
-        "commands": {"infertune-serve": serve_cmd, "vllm-pooling": vcmd, "onnx-export": export,
-                     "trtexec": trt["build"], "trtexec-bench": trt["bench"],
-                     "docker": docker_cmd(model_dir, name, vcmd, 1, 1)},
-    }
+    return notes

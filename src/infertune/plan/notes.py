@@ -1,4 +1,5 @@
-"""The notes plan adds for a layout: tensor parallel over NVLink or PCIe, and mixture-of-experts advice."""
+"""The notes plan adds for a layout: tensor parallel over NVLink or PCIe, mixture-of-experts advice, and what the
+vLLM plan assumed."""
 
 from __future__ import annotations
 
@@ -43,3 +44,20 @@ def moe_notes(a: Arch, gpus: int) -> list[str]:
     out.append("MoE with CUDA graphs: vLLM captures graphs for decode batch sizes up to --max-num-seqs; keep them "
                "(no --enforce-eager) unless capture fails, then lower --max-num-seqs first")
     return out
+
+
+def vllm_notes(a: Arch, g: dict[str, Any], cfg: Any, tp: int, batched: int, seqs: int) -> list[str]:
+    """What a causal LM's plan assumed (KV of sliding-window layers, spec rooflines, the activation peak's batch) and
+    how vLLM's defaults (chunked prefill, prefix caching) and the interconnect shape it. `cfg`: the PlanConfig."""
+    notes = []
+    if a.sliding_window_layers:
+        notes.append(f"{a.sliding_window_layers} sliding-window layers counted as full attention (KV overestimated)")
+    notes.append("rooflines use the spec bandwidth and dense peak (an upper bound on speed); measured decode on an "
+                 "H200 reaches ~86% of spec bandwidth for copies, less for small models with per-layer overheads")
+    notes += parallel_notes(g, tp, cfg.interconnect)
+    notes.append(f"vLLM (V1) runs chunked prefill and prefix caching by default: --max-num-batched-tokens {batched} "
+                 "caps the tokens per step (smaller: steadier inter-token latency; larger: faster prefill and "
+                 "throughput); prompts sharing a prefix (system prompt, few-shot) reuse its KV blocks")
+    notes.append(f"activation peak modelled for max_num_batched_tokens={batched}, max_num_seqs={seqs}; "
+                 f"non-torch memory {cfg.non_torch_gib} GiB per GPU (+{cfg.nccl_gib} GiB with TP > 1)")
+    return notes

@@ -18,12 +18,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from infertune.hardware.gpu_specs import find_gpu, peak_tflops
+from infertune.hardware.gpu_specs import find_gpu
 from infertune.llm.checkpoint_step import CheckpointStep
 from infertune.plan.arch import DTYPE_BYTES, Arch, arch_from_config, load_config
 from infertune.plan.embed import EmbedPlan, plan_embedding
-from infertune.plan.notes import moe_notes, parallel_notes
+from infertune.plan.notes import moe_notes, vllm_notes
 from infertune.plan.quantized import QUANTIZED, QuantPlan, calibration_count
+from infertune.plan.roofline import rooflines
 
 GIB = 2**30
 DTYPES = ("bf16", "fp8", "int8", "int4")
@@ -199,12 +200,84 @@ def _embed_result(cfg: PlanConfig, a: Arch, kind, raw: dict, g: dict, total: flo
 
 def plan(cfg: PlanConfig) -> PlanResult:
     """Size a vLLM deployment of `cfg.model` on `cfg.gpu` (config-only: no weights, no torch)."""
-    from infertune.plan.commands import docker_cmd, llama_cpp_cmd, vllm_cmd
+    from infertune.plan.commands import vllm_cmd, write_commands
 
     raw = load_config(cfg.model)
     a = arch_from_config(raw)
     kind = _kind(cfg)
     notes: list[str] = []
+    cfg, g = _gpu(cfg, notes)
+    total = (cfg.gpu_memory_gib or g["memory_gib"]) * GIB
+    wl, prompts, outs, how = _workload(cfg, notes)
+    if kind.task == "embed":
+        return _embed_result(cfg, a, kind, raw, g, total, wl, notes, prompts)
+    context = _context(cfg, a, wl, prompts, outs, notes)
+    conc = cfg.concurrency or 1
+    big = total >= 70 * GIB and "a100" not in g["name"].lower()  # vLLM's serve defaults (EngineArgs.get_batch_defaults)
+    batched = cfg.max_num_batched_tokens or (8192 if big else 2048)
+    seqs = cfg.max_num_seqs or max(conc, 1)
+    limit, tps = _tp_sizes(cfg, a, g, notes)
+    qp = QuantPlan(g, raw)
+    by_dtype = {d: a.weights_bytes(d) for d in DTYPES}
+
+    def first_fit(dtype: str, need_conc: float) -> int | None:
+        for tp in tps:
+            b = budget(a, cfg, total, dtype, tp, batched, seqs)
+            blocks, _, c = kv_fit(a, cfg, b["kv_cache"], tp, context)
+            if blocks and c >= need_conc and (a.encoder or blocks * cfg.block_size >= context):
+                return tp
+        return None
+
+    dtype = _dtype(cfg, qp, g, limit, first_fit, notes)
+    notes += qp.check(dtype) + qp.kv_notes(cfg.kv_cache_dtype)
+    tp = first_fit(dtype, 1.0)
+    tp_conc = first_fit(dtype, float(conc))
+    use_tp = tp or tps[-1]
+    b = budget(a, cfg, total, dtype, use_tp, batched, seqs)
+    blocks, per_tok_gpu, max_conc = kv_fit(a, cfg, b["kv_cache"], use_tp, context)
+    kv_dt = "fp8" if cfg.kv_cache_dtype == "fp8" else "bf16"
+    bw = g["bandwidth_gbs"] * 1e9
+    roof = rooflines(a, g, DTYPES, context, conc, use_tp, kv_dt, wl.get("prompt_p50") or context)
+    notes += vllm_notes(a, g, cfg, use_tp, batched, seqs)
+    engine = _engine(a, g, dtype, conc, tp is not None, cfg)
+    name, model_dir = model_location(cfg.model)
+    max_seqs = _max_seqs(cfg, conc, max_conc, context, notes)
+    pp = cfg.pipeline_parallel_size
+
+    def serve_cmd(path: str | None, d: str) -> str:
+        return vllm_cmd(model_dir, max_model_len=context, max_num_seqs=max_seqs, util=cfg.gpu_memory_utilization,
+                        tp=use_tp, kv_dtype=kv_dt, dtype=d, pp=pp, served_path=path, act_dtype=qp.act_dtype)
+
+    step_kw = {"workload": str(cfg.workload) if cfg.workload else None,
+               "n_calibration": calibration_count(prompts, how), "max_seq_length": context}
+    served, step, qnotes = qp.serving(dtype, model_dir, name, **step_kw)
+    notes += qnotes
+    if a.experts:
+        notes += moe_notes(a, use_tp * pp)
+    commands = write_commands(a, name, model_dir, served, step, serve_cmd(served, dtype), dtype=dtype, tp=use_tp,
+                              pp=pp, max_seqs=max_seqs, max_input=min(wl.get("prompt_p100", context), context),
+                              context=context, batched=batched, half=qp.half, llama_cpp=engine.name == "llama.cpp",
+                              usable=total * cfg.gpu_memory_utilization, notes=notes)
+    return PlanResult(
+        model=str(cfg.model), gpu=g, context=context, concurrency=conc, dtype=dtype, kv_cache_dtype=kv_dt,
+        params=a.params(), params_active=a.params(active=True), weights_bytes=by_dtype[dtype] if dtype in by_dtype
+        else a.weights_bytes(dtype), weights_bytes_by_dtype=by_dtype,
+        kv_bytes_per_token=a.kv_bytes_per_token(kv_dt), kv_bytes_per_token_per_gpu=per_tok_gpu,
+        kv_cache_bytes=int(max(b["kv_cache"], 0)), kv_blocks=blocks, kv_tokens=blocks * cfg.block_size,
+        max_concurrency=round(max_conc, 4), fits=tp is not None, tensor_parallel_size=tp,
+        tensor_parallel_for_concurrency=tp_conc, valid_tp_sizes=tps, memory_budget=b, pipeline_parallel_size=pp,
+        max_num_seqs=max_seqs,
+        decode_step_ms_roofline=roof.get(dtype, {}).get("decode_step_ms_bs1") if dtype in roof else
+        (a.decode_read_bytes(dtype) / use_tp + per_tok_gpu * context) / bw * 1e3,
+        roofline=roof, engine=engine, commands=commands, workload=wl, notes=notes, checkpoint=step,
+        quant_candidates=qp.candidates({d: first_fit(d, 1.0) is not None for d in QUANTIZED}, serve_cmd, model_dir,
+                                       name, **step_kw),
+        kv_cache_fp8=qp.kv.model_dump(),
+    )
+
+
+def _gpu(cfg: PlanConfig, notes: list[str]) -> tuple[PlanConfig, dict[str, Any]]:
+    """The GPU planned for: --gpu, else this host's (whose memory then overrides the spec table's)."""
     gpu_name = cfg.gpu
     if gpu_name is None:
         from infertune.hardware.gpus import local_gpu
@@ -213,23 +286,28 @@ def plan(cfg: PlanConfig) -> PlanResult:
         notes.append(f"no --gpu: planning for this host's {gpu_name}")
         if local_mib and not cfg.gpu_memory_gib:
             cfg = cfg.model_copy(update={"gpu_memory_gib": round(local_mib / 1024, 2)})
-    g = find_gpu(gpu_name)
-    total = (cfg.gpu_memory_gib or g["memory_gib"]) * GIB
-    wl: dict[str, Any] = {}
-    prompts: list[int] = []
-    outs: list[int] = []
-    how: str | None = None
-    if cfg.workload:
-        from infertune.workloads.lengths import request_lengths
+    return cfg, find_gpu(gpu_name)
 
-        prompts, outs, how = request_lengths(cfg.workload, tokenizer_dir=model_location(cfg.model)[1])
-        lens = [p + o for p, o in zip(prompts, outs, strict=False)] if outs else prompts
-        wl = {"source": str(cfg.workload), "requests": len(prompts), "lengths": how,
-              **{f"prompt_p{q}": _pct(prompts, q) for q in (0, 50, 90, 99, 100)},
-              "total_p99": _pct(lens, 99), "total_max": max(lens)}
-        notes.append(f"workload {cfg.workload}: {len(prompts)} requests, lengths {how}")
-    if kind.task == "embed":
-        return _embed_result(cfg, a, kind, raw, g, total, wl, notes, prompts)
+
+def _workload(cfg: PlanConfig, notes: list[str]) -> tuple[dict[str, Any], list[int], list[int], str | None]:
+    """--workload's summary (percentiles of its lengths), prompt and output lengths and how they were counted."""
+    if not cfg.workload:
+        return {}, [], [], None
+    from infertune.workloads.lengths import request_lengths
+
+    prompts, outs, how = request_lengths(cfg.workload, tokenizer_dir=model_location(cfg.model)[1])
+    lens = [p + o for p, o in zip(prompts, outs, strict=False)] if outs else prompts
+    wl = {"source": str(cfg.workload), "requests": len(prompts), "lengths": how,
+          **{f"prompt_p{q}": _pct(prompts, q) for q in (0, 50, 90, 99, 100)},
+          "total_p99": _pct(lens, 99), "total_max": max(lens)}
+    notes.append(f"workload {cfg.workload}: {len(prompts)} requests, lengths {how}")
+    return wl, prompts, outs, how
+
+
+def _context(cfg: PlanConfig, a: Arch, wl: dict[str, Any], prompts: list[int], outs: list[int],
+             notes: list[str]) -> int:
+    """max_model_len: --context, else the workload's longest request (rounded up to 256), else 8192, within the
+    model's positions unless --context asks for more."""
     context = cfg.context or (int(math.ceil(wl["total_max"] / 256) * 256) if wl else min(a.max_positions or 8192, 8192))
     if not cfg.context and not wl:
         notes.append(f"no --context or --workload: planning for {context} tokens per sequence")
@@ -243,10 +321,11 @@ def plan(cfg: PlanConfig) -> PlanResult:
                      f"{context}): " + (f"{over} of {len(lens)} workload requests need more and would be truncated "
                                         "or refused" if lens else "longer sequences would be refused"))
         context = a.max_positions
-    conc = cfg.concurrency or 1
-    big = total >= 70 * GIB and "a100" not in g["name"].lower()  # vLLM's serve defaults (EngineArgs.get_batch_defaults)
-    batched = cfg.max_num_batched_tokens or (8192 if big else 2048)
-    seqs = cfg.max_num_seqs or max(conc, 1)
+    return context
+
+
+def _tp_sizes(cfg: PlanConfig, a: Arch, g: dict[str, Any], notes: list[str]) -> tuple[int, list[int]]:
+    """(GPUs usable, the tensor-parallel sizes to try): --tensor-parallel-size, else every valid one up to --gpus."""
     limit = cfg.gpus or 1
     if g.get("kind") == "laptop" and limit > 1:
         notes.append(f"{g['name']} is a laptop part: one GPU, whatever --gpus says")
@@ -261,17 +340,12 @@ def plan(cfg: PlanConfig) -> PlanResult:
         tps = [cfg.tensor_parallel_size]
     if not cfg.gpus and not cfg.tensor_parallel_size and len(valid_tp(a, 8)) > 1:
         notes.append("planning for 1 GPU (pass --gpus N to let tensor parallel use more)")
-    qp = QuantPlan(g, raw)
-    by_dtype = {d: a.weights_bytes(d) for d in DTYPES}
+    return limit, tps
 
-    def first_fit(dtype: str, need_conc: float) -> int | None:
-        for tp in tps:
-            b = budget(a, cfg, total, dtype, tp, batched, seqs)
-            blocks, _, c = kv_fit(a, cfg, b["kv_cache"], tp, context)
-            if blocks and c >= need_conc and (a.encoder or blocks * cfg.block_size >= context):
-                return tp
-        return None
 
+def _dtype(cfg: PlanConfig, qp: QuantPlan, g: dict[str, Any], limit: int, first_fit, notes: list[str]) -> str:
+    """The weights' dtype: a quantized checkpoint's own, --dtype, else the 16-bit one this GPU has, or the first
+    quantized scheme vLLM serves here that fits (`first_fit(dtype, 1.0)`: the smallest TP that holds one sequence)."""
     half = qp.half
     if cfg.dtype == "bf16" and half == "fp16" and not qp.pre:
         from infertune.errors import InfertuneError
@@ -290,101 +364,23 @@ def plan(cfg: PlanConfig) -> PlanResult:
             notes.append(f"{half} weights do not fit on {limit} x {g['name']}; planning with {dtype}")
         if half == "fp16":
             notes.append(f"fp16, not bf16: {g['name']} (compute capability {g['cc']}) has no bf16")
-    notes += qp.check(dtype) + qp.kv_notes(cfg.kv_cache_dtype)
-    tp = first_fit(dtype, 1.0)
-    tp_conc = first_fit(dtype, float(conc))
-    use_tp = tp or tps[-1]
-    b = budget(a, cfg, total, dtype, use_tp, batched, seqs)
-    blocks, per_tok_gpu, max_conc = kv_fit(a, cfg, b["kv_cache"], use_tp, context)
-    kv_dt = "fp8" if cfg.kv_cache_dtype == "fp8" else "bf16"
-    bw = g["bandwidth_gbs"] * 1e9
-    roof: dict[str, dict[str, float | None]] = {}
-    p_len = wl.get("prompt_p50") or context
-    for d in DTYPES:
-        read = a.decode_read_bytes(d) / use_tp
-        kv_read = a.kv_bytes_per_token(kv_dt, use_tp) * context
-        peak = peak_tflops(g, d)
-        fl = a.flops_per_token(p_len, "prefill")
-        prefill_flops = p_len * (fl["linear"] + fl["attention"] / 2) + fl["lm_head"] * p_len  # causal: half the square
-        roof[d] = {
-            "weights_gib": a.weights_bytes(d) / GIB,
-            "decode_step_ms_bs1": (read + kv_read) / bw * 1e3,
-            "decode_step_ms_at_concurrency": (read + conc * kv_read) / bw * 1e3,
-            "decode_tokens_per_s_at_concurrency": conc / ((read + conc * kv_read) / bw),
-            "prefill_ms": max(prefill_flops / (peak * 1e12 * use_tp), read / bw) * 1e3 if peak else None,
-            "prefill_tokens": p_len,
-        }
-    if a.sliding_window_layers:
-        notes.append(f"{a.sliding_window_layers} sliding-window layers counted as full attention (KV overestimated)")
-    notes.append("rooflines use the spec bandwidth and dense peak (an upper bound on speed); measured decode on an "
-                 "H200 reaches ~86% of spec bandwidth for copies, less for small models with per-layer overheads")
-    notes += parallel_notes(g, use_tp, cfg.interconnect)
-    notes.append(f"vLLM (V1) runs chunked prefill and prefix caching by default: --max-num-batched-tokens {batched} "
-                 "caps the tokens per step (smaller: steadier inter-token latency; larger: faster prefill and "
-                 "throughput); prompts sharing a prefix (system prompt, few-shot) reuse its KV blocks")
-    notes.append(f"activation peak modelled for max_num_batched_tokens={batched}, max_num_seqs={seqs}; "
-                 f"non-torch memory {cfg.non_torch_gib} GiB per GPU (+{cfg.nccl_gib} GiB with TP > 1)")
-    engine = _engine(a, g, dtype, conc, tp is not None, cfg)
-    name, model_dir = model_location(cfg.model)
+    return dtype
+
+
+def _max_seqs(cfg: PlanConfig, conc: int, max_conc: float, context: int, notes: list[str]) -> int:
+    """vLLM's --max-num-seqs: given, else --concurrency, else what the KV cache holds (at most vLLM's default)."""
     if cfg.max_num_seqs:
-        max_seqs = cfg.max_num_seqs
-    elif cfg.concurrency:
-        max_seqs = cfg.concurrency
+        return cfg.max_num_seqs
+    if cfg.concurrency:
         if max_conc < conc:
             notes.append(f"--max-num-seqs {conc} (from --concurrency) exceeds the {max_conc:.2f} full-length sequences "
                          "the KV cache holds: vLLM will queue or preempt when sequences run long")
-    else:
-        max_seqs = max(1, min(MAX_SEQS_DEFAULT, int(max_conc)))
-        notes.append(f"--max-num-seqs {max_seqs} from the KV capacity ({max_conc:.2f} sequences of {context} tokens"
-                     f"{f', capped at vLLM default {MAX_SEQS_DEFAULT}' if int(max_conc) > MAX_SEQS_DEFAULT else ''}); "
-                     "shorter requests leave room for more: pass --concurrency to set it")
-    pp = cfg.pipeline_parallel_size
-
-    def serve_cmd(path: str | None, d: str) -> str:
-        return vllm_cmd(model_dir, max_model_len=context, max_num_seqs=max_seqs, util=cfg.gpu_memory_utilization,
-                        tp=use_tp, kv_dtype=kv_dt, dtype=d, pp=pp, served_path=path, act_dtype=qp.act_dtype)
-
-    step_kw = {"workload": str(cfg.workload) if cfg.workload else None,
-               "n_calibration": calibration_count(prompts, how), "max_seq_length": context}
-    served, step, qnotes = qp.serving(dtype, model_dir, name, **step_kw)
-    notes += qnotes
-    vcmd = serve_cmd(served, dtype)
-    if a.experts:
-        notes += moe_notes(a, use_tp * pp)
-    from infertune.plan.tensorrt import one_line, trtllm_steps
-
-    max_input = min(wl.get("prompt_p100", context), context)
-    trt = trtllm_steps(model_dir, a.model_type, dtype, tp=use_tp, pp=pp, max_batch=max_seqs, max_input=max_input,
-                       max_seq=context, max_tokens=max(batched, max_input), half=half)
-    commands = {**({"llm-compressor": step.command} if step else {}), "vllm": vcmd,
-                **{k: one_line(v) for k, v in trt.items()},
-                "docker": docker_cmd(served or model_dir, Path(served).name if served else name, vcmd, use_tp, use_tp)}
-    notes.append("TensorRT-LLM (where it is installed; `infertune export MODEL` writes these steps as a script): "
-                 "$TRTLLM is a TensorRT-LLM checkout; the engine is built for this GPU, "
-                 f"{max_seqs} sequences, prompts up to {max_input} and sequences up to {context} tokens")
-    if engine.name == "llama.cpp":
-        commands["llama.cpp"] = llama_cpp_cmd(a, name, context, max_seqs, total * cfg.gpu_memory_utilization)
-        ngl = int(commands["llama.cpp"].split(" -ngl ")[1].split()[0])
-        notes.append(f"llama.cpp: {ngl} of {a.layers} layers on the GPU (-ngl), the rest on the CPU; 4-bit GGUF "
-                     f"weights {a.weights_bytes('int4') / GIB:.2f} GiB")
-        notes.append("llama.cpp needs a GGUF: python convert_hf_to_gguf.py MODEL_DIR --outtype f16, then "
-                     f"llama-quantize {name}-f16.gguf {name}-Q4_K_M.gguf Q4_K_M")
-    return PlanResult(
-        model=str(cfg.model), gpu=g, context=context, concurrency=conc, dtype=dtype, kv_cache_dtype=kv_dt,
-        params=a.params(), params_active=a.params(active=True), weights_bytes=by_dtype[dtype] if dtype in by_dtype
-        else a.weights_bytes(dtype), weights_bytes_by_dtype=by_dtype,
-        kv_bytes_per_token=a.kv_bytes_per_token(kv_dt), kv_bytes_per_token_per_gpu=per_tok_gpu,
-        kv_cache_bytes=int(max(b["kv_cache"], 0)), kv_blocks=blocks, kv_tokens=blocks * cfg.block_size,
-        max_concurrency=round(max_conc, 4), fits=tp is not None, tensor_parallel_size=tp,
-        tensor_parallel_for_concurrency=tp_conc, valid_tp_sizes=tps, memory_budget=b, pipeline_parallel_size=pp,
-        max_num_seqs=max_seqs,
-        decode_step_ms_roofline=roof.get(dtype, {}).get("decode_step_ms_bs1") if dtype in roof else
-        (a.decode_read_bytes(dtype) / use_tp + per_tok_gpu * context) / bw * 1e3,
-        roofline=roof, engine=engine, commands=commands, workload=wl, notes=notes, checkpoint=step,
-        quant_candidates=qp.candidates({d: first_fit(d, 1.0) is not None for d in QUANTIZED}, serve_cmd, model_dir,
-                                       name, **step_kw),
-        kv_cache_fp8=qp.kv.model_dump(),
-    )
+        return cfg.concurrency
+    max_seqs = max(1, min(MAX_SEQS_DEFAULT, int(max_conc)))
+    notes.append(f"--max-num-seqs {max_seqs} from the KV capacity ({max_conc:.2f} sequences of {context} tokens"
+                 f"{f', capped at vLLM default {MAX_SEQS_DEFAULT}' if int(max_conc) > MAX_SEQS_DEFAULT else ''}); "
+                 "shorter requests leave room for more: pass --concurrency to set it")
+    return max_seqs
 
 
 __all__ = ["PlanConfig", "PlanResult", "plan", "DTYPE_BYTES"]

@@ -165,15 +165,52 @@ class Gate:
 def create_app(st: State):
     """The FastAPI application for a State (the engine is attached later by the loader)."""
     from fastapi import FastAPI, Request
-    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import Response
     from prometheus_client import CONTENT_TYPE_LATEST
-    from starlette.exceptions import HTTPException
 
-
-    cfg = st.cfg
     app = FastAPI(title="infertune serve", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.st = st
+
+    _add_error_handlers(app, st)
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    @app.get("/ready")
+    async def ready():
+        return _ready(st)
+
+    @app.get("/metrics")
+    async def metrics():
+        return Response(st.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models")
+    async def models():
+        spec = st.embedder.spec if st.embedder is not None else None
+        return {"object": "list", "data": [{
+            "id": st.served[0], "object": "model", "created": int(st.started), "owned_by": "infertune",
+            "max_input_tokens": spec.max_length if spec else None, "dimensions": spec.dim if spec else None,
+            "pooling": spec.pooling if spec else None,
+            "prompts": dict(getattr(spec, "prompts", {}) or {}) if spec else None,
+            "default_prompt_name": getattr(spec, "default_prompt_name", None) if spec else None}]}
+
+    async def embeddings(request: Request):  # POSTs normally take Gate's fast path; this is the same code
+        return Response(await embed(st, dict(request.scope["headers"]), request.stream()),
+                        media_type="application/json")
+
+    app.post("/v1/embeddings")(embeddings)
+    app.post("/embeddings")(embeddings)
+    app.add_middleware(Gate, st=st)
+    return app
+
+
+def _add_error_handlers(app: Any, st: State) -> None:
+    """Every error as OpenAI's error JSON: ApiError as raised, unknown routes and methods, invalid bodies (400),
+    and anything unexpected (500, logged with its traceback)."""
+    from fastapi import Request
+    from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, e: ApiError):
@@ -199,53 +236,29 @@ def create_app(st: State):
         log.exception("unhandled error")
         return _error_response(st, ApiError(500, f"internal error: {type(e).__name__}: {e}", type="server_error"))
 
-    @app.get("/health")
-    async def health():
-        return {"status": "ok"}
 
-    @app.get("/ready")
-    async def ready():
-        if st.draining:
-            raise ApiError(503, "the server is shutting down (draining): it still answers requests it "
-                           "accepts, but route new traffic elsewhere", type="server_error")
-        if st.load_error is not None:
-            raise ApiError(503, f"model failed to load: {st.load_error}", type="server_error")
-        if st.engine is None:
-            raise ApiError(503, "model is loading and warming up; poll GET /ready", type="server_error",
-                           headers={"Retry-After": "1"})
-        worker = _worker(st)
-        if worker.get("up") is False:
-            raise ApiError(503, f"the model worker is restarting (restart {worker.get('restarts')}); poll GET /ready",
-                           type="server_error", headers={"Retry-After": "1"})
-        return {"status": "ready", "model": st.served[0], "load_s": st.load_s,
-                "settings": st.settings.model_dump(), "backend": _describe(st.embedder),
-                "tokenizer": _tokenizer(st.embedder), "worker": worker,
-                "limits": {"max_queue": cfg.max_queue, "max_items_per_request": cfg.max_items_per_request,
-                           "max_body_bytes": cfg.max_body_bytes, "request_timeout_s": cfg.request_timeout_s,
-                           "max_input_tokens": st.embedder.spec.max_length, "truncate": cfg.truncate}}
-
-    @app.get("/metrics")
-    async def metrics():
-        return Response(st.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
-
-    @app.get("/v1/models")
-    async def models():
-        spec = st.embedder.spec if st.embedder is not None else None
-        return {"object": "list", "data": [{
-            "id": st.served[0], "object": "model", "created": int(st.started), "owned_by": "infertune",
-            "max_input_tokens": spec.max_length if spec else None, "dimensions": spec.dim if spec else None,
-            "pooling": spec.pooling if spec else None,
-            "prompts": dict(getattr(spec, "prompts", {}) or {}) if spec else None,
-            "default_prompt_name": getattr(spec, "default_prompt_name", None) if spec else None}]}
-
-    async def embeddings(request: Request):  # POSTs normally take Gate's fast path; this is the same code
-        return Response(await embed(st, dict(request.scope["headers"]), request.stream()),
-                        media_type="application/json")
-
-    app.post("/v1/embeddings")(embeddings)
-    app.post("/embeddings")(embeddings)
-    app.add_middleware(Gate, st=st)
-    return app
+def _ready(st: State) -> dict[str, Any]:
+    """GET /ready's answer once the model is loaded and its worker up; ApiError(503) while draining, loading,
+    failed or restarting."""
+    cfg = st.cfg
+    if st.draining:
+        raise ApiError(503, "the server is shutting down (draining): it still answers requests it "
+                       "accepts, but route new traffic elsewhere", type="server_error")
+    if st.load_error is not None:
+        raise ApiError(503, f"model failed to load: {st.load_error}", type="server_error")
+    if st.engine is None:
+        raise ApiError(503, "model is loading and warming up; poll GET /ready", type="server_error",
+                       headers={"Retry-After": "1"})
+    worker = _worker(st)
+    if worker.get("up") is False:
+        raise ApiError(503, f"the model worker is restarting (restart {worker.get('restarts')}); poll GET /ready",
+                       type="server_error", headers={"Retry-After": "1"})
+    return {"status": "ready", "model": st.served[0], "load_s": st.load_s,
+            "settings": st.settings.model_dump(), "backend": _describe(st.embedder),
+            "tokenizer": _tokenizer(st.embedder), "worker": worker,
+            "limits": {"max_queue": cfg.max_queue, "max_items_per_request": cfg.max_items_per_request,
+                       "max_body_bytes": cfg.max_body_bytes, "request_timeout_s": cfg.request_timeout_s,
+                       "max_input_tokens": st.embedder.spec.max_length, "truncate": cfg.truncate}}
 
 
 async def embed(st: State, headers: dict[bytes, bytes], chunks: Any) -> bytes:

@@ -190,19 +190,7 @@ def stall(target: Target, api: str, req: Requests, peak: float, cfg: ValidateCon
     sd = summarize(during, cfg.timeout_s)
     depth = [d for d in sampler.metrics["infertune_queue_depth"] if d is not None]
     max_depth = max(depth) if depth else None
-    fails = []
-    if sd["http_429"] == 0:
-        fails.append(f"no 429 during the stall: the queue ({q}) never filled; lower --max-queue or set --stall")
-    if sd["latency_429_ms"]["p99"] is not None and sd["latency_429_ms"]["p99"] > bound:
-        fails.append(f"429s were slow: P99 {sd['latency_429_ms']['p99']:.0f} ms > {bound:g} ms")
-    if q and max_depth is not None and max_depth > q:
-        fails.append(f"queue depth reached {max_depth:.0f} > limit {q}")
-    if s["errors"] or s["hung"]:
-        fails.append(f"{s['errors']} error(s) other than 429 ({s['errors_by_kind']}), {s['hung']} hung")
-    if not post["healthy"]:
-        fails.append(f"not healthy after the stall: {post}")
-    if load_error:
-        fails.append(f"load generator failed: {load_error}")
+    fails = _stall_failures(s, sd, q, max_depth, bound, post, load_error)
     evidence = {
         "rate_rps": round(rate, 3), "stall_s": stall_s, "signal": "SIGSTOP/SIGCONT", "worker_pid": pid,
         "max_queue": q, "max_queue_depth_seen": max_depth, "requests_during_stall": sd["requests"],
@@ -219,6 +207,27 @@ def stall(target: Target, api: str, req: Requests, peak: float, cfg: ValidateCon
                                              f"worker was stopped {stall_s:g} s; queue peaked at {max_depth} of {q}; "
                                              "healthy after"),
                  wall_s=round(time.monotonic() - t_wall, 1))
+
+
+def _stall_failures(s: dict[str, Any], sd: dict[str, Any], q: int | None, max_depth: float | None, bound: float,
+                    post: dict[str, Any], load_error: str | None) -> list[str]:
+    """Why the stall drill fails: no 429 while the worker was stopped (`sd`: the requests sent then), slow 429s
+    (over `bound` ms), the queue past its limit `q`, other errors or hung requests (`s`: all of them), not healthy
+    after (`post`)."""
+    fails = []
+    if sd["http_429"] == 0:
+        fails.append(f"no 429 during the stall: the queue ({q}) never filled; lower --max-queue or set --stall")
+    if sd["latency_429_ms"]["p99"] is not None and sd["latency_429_ms"]["p99"] > bound:
+        fails.append(f"429s were slow: P99 {sd['latency_429_ms']['p99']:.0f} ms > {bound:g} ms")
+    if q and max_depth is not None and max_depth > q:
+        fails.append(f"queue depth reached {max_depth:.0f} > limit {q}")
+    if s["errors"] or s["hung"]:
+        fails.append(f"{s['errors']} error(s) other than 429 ({s['errors_by_kind']}), {s['hung']} hung")
+    if not post["healthy"]:
+        fails.append(f"not healthy after the stall: {post}")
+    if load_error:
+        fails.append(f"load generator failed: {load_error}")
+    return fails
 
 
 def drain_rps(recs: list[tuple], min_ok: int = 10) -> float | None:

@@ -100,6 +100,61 @@ def _clock(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
+def _run_sampled(target: Target, api: str, req: Requests, rate: float, warmup: float, duration: float,
+                 cfg: ValidateConfig, log: Callable[[str], None]) -> tuple[Any, Sampler]:
+    """Send `rate` req/s for warmup + duration while sampling memory and /metrics, logging progress now and then;
+    returns (the run's records, the sampler)."""
+    total = warmup + duration
+
+    def progress(elapsed: float) -> None:
+        rss = next((x for x in reversed(sampler.rss) if x is not None), None)
+        q = next((x for x in reversed(sampler.metrics["infertune_queue_depth"]) if x is not None), None)
+        log(f"soak: {_clock(elapsed)} of {_clock(total)}" + (f", server RSS {rss:.0f} MB" if rss is not None else "")
+            + (f", queue depth {q:.0f}" if q is not None else "") + " (the verdict comes at the end)")
+
+    sampler = Sampler(target, cfg.sample_interval_s, progress, every_s=progress_every(total))
+    try:
+        run = run_streams(target.url, api, [Stream("soak", req.bodies, req.input_tokens, rate)], warmup, duration,
+                          cfg.timeout_s, cfg.seed, on_start=sampler.start)
+    finally:
+        sampler.stop()
+    return run, sampler
+
+
+def _failures(whole: Any, cfg: ValidateConfig, leak: str | None, gpu_leak: str | None, drift: dict[str, Any],
+              restarts: float) -> list[str]:
+    """Why the soak fails apart from its SLO: no answers, errors, memory growth (`leak`, `gpu_leak`: the
+    verdicts, None when none), P99 drift, worker restarts."""
+    fails = []
+    if whole.n == 0 or whole.ok == 0:
+        fails.append("no successful requests")
+    if whole.errors.rate > cfg.max_error_rate:
+        fails.append(f"error rate {whole.errors.rate:.3%} > {cfg.max_error_rate:.3%} ({whole.errors.by_kind})")
+    if leak:
+        fails.append(leak)
+    if gpu_leak:
+        fails.append(gpu_leak)
+    if drift["ratio"] is not None and drift["ratio"] > cfg.max_p99_drift:
+        fails.append(f"P99 drifted {drift['ratio']:.2f}x (first third {drift['first_third_p99_ms']} ms -> last "
+                     f"third {drift['last_third_p99_ms']} ms) > {cfg.max_p99_drift:g}x")
+    if restarts:
+        fails.append(f"the model worker restarted {restarts:.0f} time(s) during the soak")
+    return fails
+
+
+def _series(sampler: Sampler, pts: list[Any], window_t: list[float]) -> dict[str, list]:
+    """What the report plots: each window's latency, errors and rate, and the sampled memory, queue and host CPU."""
+    return {"window_t_s": [round(t, 2) for t in window_t],
+            "window_p50_ms": [p.latency_ms.p50 for p in pts], "window_p99_ms": [p.latency_ms.p99 for p in pts],
+            "window_errors": [p.errors.total for p in pts], "window_rps": [p.achieved_rps for p in pts],
+            "t_s": sampler.t, "rss_mb": sampler.rss, "gpu_mb": sampler.gpu_mb,
+            "queue_depth": sampler.metrics["infertune_queue_depth"], "others_cpu_cores": sampler.others_cpu,
+            "server_rss_mb": [round(x / 2**20, 1) if x is not None else None
+                              for x in sampler.metrics["process_resident_memory_bytes"]],
+            "worker_rss_mb": [round(x / 2**20, 1) if x is not None else None
+                              for x in sampler.metrics["infertune_worker_resident_memory_bytes"]]}
+
+
 def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConfig,
          log: Callable[[str], None], rate: float | None = None,
          confirmed: dict[str, Any] | None = None) -> Drill:
@@ -112,21 +167,8 @@ def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConf
            if confirmed else f"{cfg.soak_fraction:.0%} of peak {peak:.3g}")
     log(f"soak: {rate:.3g} req/s ({why}) for {duration:g} s "
         f"(+{warmup:g} s warm-up), sampling RSS and /metrics every {cfg.sample_interval_s:g} s")
-    total = warmup + duration
-
-    def progress(elapsed: float) -> None:
-        rss = next((x for x in reversed(sampler.rss) if x is not None), None)
-        q = next((x for x in reversed(sampler.metrics["infertune_queue_depth"]) if x is not None), None)
-        log(f"soak: {_clock(elapsed)} of {_clock(total)}" + (f", server RSS {rss:.0f} MB" if rss is not None else "")
-            + (f", queue depth {q:.0f}" if q is not None else "") + " (the verdict comes at the end)")
-
-    sampler = Sampler(target, cfg.sample_interval_s, progress, every_s=progress_every(total))
     t_wall = time.monotonic()
-    try:
-        run = run_streams(target.url, api, [Stream("soak", req.bodies, req.input_tokens, rate)], warmup, duration,
-                          cfg.timeout_s, cfg.seed, on_start=sampler.start)
-    finally:
-        sampler.stop()
+    run, sampler = _run_sampled(target, api, req, rate, warmup, duration, cfg, log)
     n_win = max(3, min(cfg.windows, int(duration // 1)))
     win = duration / n_win
     pts = [point(run, target.url, api, cfg.timeout_s, start=warmup + i * win, length=win, rate=rate)
@@ -142,20 +184,7 @@ def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConf
         gpu_leak, gpu_why = leak_verdict(gpu_fit, cfg.max_rss_slope_mb_h, cfg.min_rss_growth_mb)
     err_rate = whole.errors.rate
     restarts = sampler.delta("infertune_worker_restarts_total")
-    fails = []
-    if whole.n == 0 or whole.ok == 0:
-        fails.append("no successful requests")
-    if err_rate > cfg.max_error_rate:
-        fails.append(f"error rate {err_rate:.3%} > {cfg.max_error_rate:.3%} ({whole.errors.by_kind})")
-    if leak:
-        fails.append(leak_why)
-    if gpu_leak:
-        fails.append(f"GPU {gpu_why}")
-    if drift["ratio"] is not None and drift["ratio"] > cfg.max_p99_drift:
-        fails.append(f"P99 drifted {drift['ratio']:.2f}x (first third {drift['first_third_p99_ms']} ms -> last "
-                     f"third {drift['last_third_p99_ms']} ms) > {cfg.max_p99_drift:g}x")
-    if restarts:
-        fails.append(f"the model worker restarted {restarts:.0f} time(s) during the soak")
+    fails = _failures(whole, cfg, leak_why if leak else None, f"GPU {gpu_why}" if gpu_leak else None, drift, restarts)
     slo = slo_terms_verdict(cfg.slo, whole)  # the promise the peak was searched for, held for the whole soak
     slo_only = bool(not slo["met"] and not fails)
     if not slo["met"]:
@@ -190,15 +219,7 @@ def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConf
         "client_lag_p99_ms": whole.client.lag_ms.p99,
         "slo": slo, "slo_only_failure": slo_only,
     }
-    series = {"window_t_s": [round(t, 2) for t in window_t],
-              "window_p50_ms": [p.latency_ms.p50 for p in pts], "window_p99_ms": [p.latency_ms.p99 for p in pts],
-              "window_errors": [p.errors.total for p in pts], "window_rps": [p.achieved_rps for p in pts],
-              "t_s": sampler.t, "rss_mb": sampler.rss, "gpu_mb": sampler.gpu_mb,
-              "queue_depth": sampler.metrics["infertune_queue_depth"], "others_cpu_cores": sampler.others_cpu,
-              "server_rss_mb": [round(x / 2**20, 1) if x is not None else None
-                                for x in sampler.metrics["process_resident_memory_bytes"]],
-              "worker_rss_mb": [round(x / 2**20, 1) if x is not None else None
-                                for x in sampler.metrics["infertune_worker_resident_memory_bytes"]]}
+    series = _series(sampler, pts, window_t)
     for who in ("server", "worker"):  # which process grew
         v = [x for x, t in zip(series[f"{who}_rss_mb"], sampler.t, strict=True) if x is not None and t >= warmup]
         evidence[f"{who}_rss_mb_start_end"] = [v[0], v[-1]] if v else None
