@@ -89,7 +89,8 @@ def flops_per_token(a: Arch, length: int, decoder: bool) -> float:
 
 
 def model_inputs(raw: dict[str, Any]) -> list[str]:
-    """What the ONNX export (infertune.engines.onnx_export) takes: token_type_ids when the config has a type vocabulary."""
+    """What the ONNX export (infertune.engines.onnx_export) takes: token_type_ids when the config has a type
+    vocabulary."""
     from infertune.plan.arch import _text
 
     return ["input_ids", "attention_mask"] + (["token_type_ids"] if _text(raw).get("type_vocab_size") else [])
