@@ -69,90 +69,103 @@ def chunk_size(emb: Any, sample: Sequence[str], n: int, batching: Batching) -> i
 def overlapped_pass(emb: Any, texts: Sequence[str], batching: Batching, max_s: float | None = None,
                     shuffle: int | None = None, max_batches: int | None = None) -> dict[str, Any]:
     """One timed pass (the dict of `Embedder.measure_pass`)."""
-    order = list(range(len(texts)))
-    if shuffle is not None:
-        random.Random(shuffle).shuffle(order)
-    procs = pool_for(emb, tokenizer_processes()) if _on_gpu(emb) else None
-    inflight = procs.processes if procs else TOKENIZERS
-    min_chunks = max(MIN_CHUNKS, 2 * inflight)  # every tokenizer has work while the first chunks run
-    size = chunk_size(emb, [texts[i] for i in order[:64]], len(order), batching)
-    pos, count = 0, 0  # the next position in the (circular) order, chunks handed out
+    return _Pass(emb, texts, batching, shuffle).run(max_s, max_batches)
 
-    def next_chunk() -> list[int] | None:
-        nonlocal pos, count
-        if not order or (pos >= len(order) and count >= min_chunks):
+
+class _Pass:
+    """The state of one overlapped pass: chunks handed out in a circular order, their token ids coming back from
+    the tokenizers, batches launched and collected at most ASYNC_DEPTH apart."""
+
+    def __init__(self, emb: Any, texts: Sequence[str], batching: Batching, shuffle: int | None):
+        self.emb, self.texts, self.batching = emb, texts, batching
+        self.order = list(range(len(texts)))
+        if shuffle is not None:
+            random.Random(shuffle).shuffle(self.order)
+        self.procs = pool_for(emb, tokenizer_processes()) if _on_gpu(emb) else None
+        self.inflight = self.procs.processes if self.procs else TOKENIZERS
+        self.min_chunks = max(MIN_CHUNKS, 2 * self.inflight)  # every tokenizer has work while the first chunks run
+        self.size = chunk_size(emb, [texts[i] for i in self.order[:64]], len(self.order), batching)
+        self.pos = self.count = 0  # the next position in the (circular) order, chunks handed out
+        self.lat: list[float] = []
+        self.padded: list[int] = []
+        self.done_items = self.done_tokens = self.launched = 0
+        self.flight: deque = deque()
+        self.last_done = 0.0
+        self.wait_tokens = self.wait_device = 0.0  # the main thread blocked on token ids / on the device
+
+    def next_chunk(self) -> list[int] | None:
+        if not self.order or (self.pos >= len(self.order) and self.count >= self.min_chunks):
             return None
-        chunk = [order[(pos + i) % len(order)] for i in range(min(size, len(order)))]
-        pos, count = pos + len(chunk), count + 1
+        chunk = [self.order[(self.pos + i) % len(self.order)] for i in range(min(self.size, len(self.order)))]
+        self.pos, self.count = self.pos + len(chunk), self.count + 1
         return chunk
 
-    def tokenize(chunk: list[int]) -> tuple[list[list[int]], float]:
+    def tokenize(self, chunk: list[int]) -> tuple[list[list[int]], float]:
         t = time.perf_counter()
-        return emb.token_ids([texts[i] for i in chunk]), time.perf_counter() - t
+        return self.emb.token_ids([self.texts[i] for i in chunk]), time.perf_counter() - t
 
-    lat: list[float] = []
-    padded: list[int] = []
-    done_items = done_tokens = launched = 0
-    flight: deque = deque()
-    last_done = 0.0
-    wait_tokens = wait_device = 0.0  # the main thread blocked on token ids / on the device (diagnostics)
-
-    def collect_oldest() -> None:
-        nonlocal last_done, done_items, done_tokens, wait_device
-        handle, t_launch, tok_ms, n, real, ran = flight.popleft()
+    def collect_oldest(self) -> None:
+        handle, t_launch, tok_ms, n, real, ran = self.flight.popleft()
         t = time.perf_counter()
-        rows = emb.collect(handle)
-        wait_device += time.perf_counter() - t
-        emb.postprocess(rows)
+        rows = self.emb.collect(handle)
+        self.wait_device += time.perf_counter() - t
+        self.emb.postprocess(rows)
         now = time.perf_counter()
-        lat.append((now - max(t_launch, last_done)) * 1000 + tok_ms)
-        last_done = now
-        done_items += n
-        done_tokens += real
-        padded.append(ran)
+        self.lat.append((now - max(t_launch, self.last_done)) * 1000 + tok_ms)
+        self.last_done = now
+        self.done_items += n
+        self.done_tokens += real
+        self.padded.append(ran)
 
-    t0 = time.perf_counter()
-    stopped = False
-    ahead: deque = deque()  # chunks being tokenized, in order
-    with ThreadPoolExecutor(TOKENIZERS, thread_name_prefix="infertune-tokenize") as pool:
-
-        def fill() -> None:
-            while len(ahead) < inflight and (chunk := next_chunk()) is not None:
-                ahead.append(procs.submit([texts[i] for i in chunk]) if procs else pool.submit(tokenize, chunk))
-
-        fill()
-        while ahead:
+    def launch_chunk(self, ids: list[list[int]], t_tok: float, stop_at: float | None,
+                     max_batches: int | None) -> bool:
+        """Plan, collate and launch a chunk's batches; True when the pass must stop (time or batch limit)."""
+        emb = self.emb
+        lengths = [len(x) for x in ids]
+        if getattr(emb, "packed", False):  # padding-free batches: planned by real tokens, as the engine does
+            plan = plan_packed(lengths, self.batching.size, self.batching.max_items)
+        else:
+            plan = plan_batches(lengths, self.batching)
+        for b in plan:
+            batch = emb.collate([ids[i] for i in b])
             t = time.perf_counter()
-            ids, t_tok = ahead.popleft().result()
-            wait_tokens += time.perf_counter() - t
+            handle = emb.launch(batch)
+            ran = int(getattr(emb, "ran_tokens", 0) or batch["input_ids"].size)
+            self.flight.append((handle, t, t_tok * 1000 * len(b) / len(ids), len(b), sum(lengths[i] for i in b), ran))
+            self.launched += 1
+            if len(self.flight) >= ASYNC_DEPTH:
+                self.collect_oldest()
+            if (max_batches is not None and self.launched >= max_batches) or \
+                    (stop_at is not None and time.perf_counter() > stop_at):
+                return True
+        return False
+
+    def run(self, max_s: float | None, max_batches: int | None) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        stop_at = None if max_s is None else t0 + max_s
+        ahead: deque = deque()  # chunks being tokenized, in order
+        with ThreadPoolExecutor(TOKENIZERS, thread_name_prefix="infertune-tokenize") as pool:
+
+            def fill() -> None:
+                while len(ahead) < self.inflight and (chunk := self.next_chunk()) is not None:
+                    ahead.append(self.procs.submit([self.texts[i] for i in chunk]) if self.procs
+                                 else pool.submit(self.tokenize, chunk))
+
             fill()
-            lengths = [len(x) for x in ids]
-            if getattr(emb, "packed", False):  # padding-free batches: planned by real tokens, as the engine does
-                plan = plan_packed(lengths, batching.size, batching.max_items)
-            else:
-                plan = plan_batches(lengths, batching)
-            for b in plan:
-                batch = emb.collate([ids[i] for i in b])
+            while ahead:
                 t = time.perf_counter()
-                handle = emb.launch(batch)
-                ran = int(getattr(emb, "ran_tokens", 0) or batch["input_ids"].size)
-                flight.append((handle, t, t_tok * 1000 * len(b) / len(ids), len(b), sum(lengths[i] for i in b), ran))
-                launched += 1
-                if len(flight) >= ASYNC_DEPTH:
-                    collect_oldest()
-                if (max_batches is not None and launched >= max_batches) or \
-                        (max_s is not None and time.perf_counter() - t0 > max_s):
-                    stopped = True
+                ids, t_tok = ahead.popleft().result()
+                self.wait_tokens += time.perf_counter() - t
+                fill()
+                if self.launch_chunk(ids, t_tok, stop_at, max_batches):
                     break
-            if stopped:
-                break
-        while flight:
-            collect_oldest()
-        emb.synchronize()
-        wall = time.perf_counter() - t0
-        for f in ahead:
-            f.cancel()
-    return {"wall_s": wall, "latency_ms": lat, "items": done_items, "tokens": done_tokens,
-            "padded_tokens": sum(padded), "padded_per_batch": padded, "batches": launched,
-            "complete": done_items >= len(order),  # every text ran (chunks go round the order in turn)
-            "wait_tokens_s": wait_tokens, "wait_device_s": wait_device}
+            while self.flight:
+                self.collect_oldest()
+            self.emb.synchronize()
+            wall = time.perf_counter() - t0
+            for f in ahead:
+                f.cancel()
+        return {"wall_s": wall, "latency_ms": self.lat, "items": self.done_items, "tokens": self.done_tokens,
+                "padded_tokens": sum(self.padded), "padded_per_batch": self.padded, "batches": self.launched,
+                "complete": self.done_items >= len(self.order),  # every text ran (chunks go round the order in turn)
+                "wait_tokens_s": self.wait_tokens, "wait_device_s": self.wait_device}
