@@ -101,7 +101,6 @@ def service_monitor(w: Workload) -> Obj:
 
 def serve_deployment(cfg: DeployConfig, w: Workload, image: str) -> Obj:
     vol, mount = model_volume(cfg, w)
-    sel = labels(w)
     container: Obj = {
         "name": "infertune", "image": image, "command": ["infertune"], "args": w.args,
         "ports": [{"name": "http", "containerPort": cfg.port, "protocol": "TCP"}],
@@ -114,13 +113,19 @@ def serve_deployment(cfg: DeployConfig, w: Workload, image: str) -> Obj:
     }
     spec: Obj = {"containers": [container], "volumes": [vol],
                  "terminationGracePeriodSeconds": 75, **pod_extras(w)}  # serve's drain 2 s + graceful 60 s
+    return deployment(cfg, w, spec)
+
+
+def deployment(cfg: DeployConfig, w: Workload, pod_spec: Obj) -> Obj:
+    """An apps/v1 Deployment of `pod_spec`: the workload's labels and sizing annotations, scraped on cfg.port."""
+    sel = labels(w)
     meta: Obj = {"name": w.name, "labels": labels(w)}
     if ann := sizing_annotations(w):
         meta["annotations"] = ann
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
             "spec": {"replicas": cfg.replicas, "selector": {"matchLabels": sel},
                      "template": {"metadata": {"labels": sel, "annotations": scrape_annotations(cfg.port)},
-                                  "spec": spec}}}
+                                  "spec": pod_spec}}}
 
 
 def hpa(cfg: DeployConfig, w: Workload, metric: str, default_target: float,

@@ -11,6 +11,7 @@ from infertune.deploy.config import DeployConfig, Workload
 from infertune.deploy.kube import (
     VLLM_HPA_METRIC,
     Obj,
+    deployment,
     hpa,
     http_probe,
     labels,
@@ -20,7 +21,6 @@ from infertune.deploy.kube import (
     scrape_annotations,
     service,
     service_monitor,
-    sizing_annotations,
 )
 
 VLLM_IMAGE = "vllm/vllm-openai:latest"  # only when no tag was chosen (deploy/image.py:vllm_tag picks one)
@@ -49,20 +49,13 @@ def _probes(port: str = "http") -> Obj:
 def vllm_deployment(cfg: DeployConfig, w: Workload, image: str) -> Obj:
     vol, mount = model_volume(cfg, w)
     shm_vol, shm_mount = _shm()
-    sel = labels(w)
     container: Obj = {
         "name": "vllm", "image": image, "command": ["vllm", "serve"], "args": w.args,
         "ports": [{"name": "http", "containerPort": cfg.port, "protocol": "TCP"}], "env": _env(),
         "resources": resources(w), "volumeMounts": [mount, shm_mount], **_probes(),
     }
-    meta: Obj = {"name": w.name, "labels": labels(w)}
-    if ann := sizing_annotations(w):
-        meta["annotations"] = ann
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
-            "spec": {"replicas": cfg.replicas, "selector": {"matchLabels": sel},
-                     "template": {"metadata": {"labels": sel, "annotations": scrape_annotations(cfg.port)},
-                                  "spec": {"containers": [container], "volumes": [vol, shm_vol],
-                                           "terminationGracePeriodSeconds": 60, **pod_extras(w)}}}}
+    return deployment(cfg, w, {"containers": [container], "volumes": [vol, shm_vol],
+                               "terminationGracePeriodSeconds": 60, **pod_extras(w)})
 
 
 def leader_worker_set(cfg: DeployConfig, w: Workload, image: str) -> Obj:

@@ -91,14 +91,12 @@ def state_dict_model_dir(path: Path, config_dir: Path | None) -> Path:
         config_dir = config_dir.parent
     if not (config_dir / "config.json").exists():
         raise InfertuneError(f"--config {config_dir}: no config.json there; pass the model's directory")
-    from infertune.models.random_weights import _TOKENIZER_FILES, cache_root
+    from infertune.models.random_weights import cache_root, save_model_dir
 
     h = hashlib.sha256(path.read_bytes() + (config_dir / "config.json").read_bytes()).hexdigest()[:16]
     out = cache_root() / "state_dict" / h
     if (out / "model.safetensors").exists():
         return out
-    import shutil
-
     from transformers import AutoConfig, AutoModel
 
     model = AutoModel.from_config(AutoConfig.from_pretrained(config_dir))
@@ -111,15 +109,7 @@ def state_dict_model_dir(path: Path, config_dir: Path | None) -> Path:
                              f"(e.g. {', '.join(missing[:3]) or '-'}), {len(unexpected)} unexpected (e.g. "
                              f"{', '.join(unexpected[:3]) or '-'}); pass the --config the weights were trained with")
     model.load_state_dict(sd, strict=False)
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True)
-    for f in _TOKENIZER_FILES:
-        if (config_dir / f).exists():
-            shutil.copy2(config_dir / f, tmp / f)
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-    return out
+    return save_model_dir(model, out, config_dir)
 
 
 def input_names(module: Any) -> list[str]:

@@ -12,6 +12,7 @@ import hashlib
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from infertune.errors import InfertuneError
 
@@ -40,12 +41,18 @@ def materialise(config: Path, arch: str = "encoder", seed: int = 0) -> Path:
     cfg = AutoConfig.from_pretrained(src)
     torch.manual_seed(seed)
     model = AutoModel.from_config(cfg, dtype=torch.float32)
+    return save_model_dir(model, out, src)
+
+
+def save_model_dir(model: Any, out: Path, tokenizer_dir: Path) -> Path:
+    """Write `model` as a Hugging Face directory at `out` with the tokenizer files of `tokenizer_dir`, whole or
+    not at all: written beside it under a name of this process, then renamed (a reader never sees half a model)."""
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True)
     for f in _TOKENIZER_FILES:
-        if (src / f).exists():
-            shutil.copy2(src / f, tmp / f)
+        if (tokenizer_dir / f).exists():
+            shutil.copy2(tokenizer_dir / f, tmp / f)
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out
