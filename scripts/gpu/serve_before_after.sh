@@ -10,10 +10,10 @@ for who in ${1:-old new old}; do
   k=$((k + 1)); src=""; [ "$who" = old ] && src=$PWD/.before/src
   echo "=== set $k: $who code"
   if [ $k = 1 ]; then
-    env ${src:+SRC=$src} OUT=$OUT0/$k bash scripts/gpu/serve_h200.sh 0 2>&1 | grep -E "^\||tune winner|tune wall"
+    env ${src:+SRC=$src} OUT=$OUT0/$k bash scripts/gpu/serve_h200.sh 0 2>&1 | grep -E "^\||tune winner|tune wall|ready worker"
   else
     env SKIP_TUNE=1 ART=/tmp/tunerun/artifact ${src:+SRC=$src} OUT=$OUT0/$k bash scripts/gpu/serve_h200.sh 0 2>&1 \
-      | grep -E "^\|"
+      | grep -E "^\||ready worker"
   fi
   grep -hE "^engine: [0-9]+ batches|^stopped after" $OUT0/$k/serve_*.log
 done

@@ -42,6 +42,7 @@ $I serve $ART $DEVFLAG ${FE:+--frontends $FE} --truncate --port 8000 --max-queue
 SRV=$!
 for _ in $(seq 1 240); do curl -sf localhost:8000/ready > /dev/null && break; sleep 1; done
 curl -s localhost:8000/ready | head -c 300; echo
+curl -s localhost:8000/ready | $PY -c "import json, sys; w = json.load(sys.stdin).get('worker') or {}; print('ready worker:', w.get('mode'), w.get('batch_core'))"
 for point in "c256:--concurrency 256" "b32:--inputs-per-request 32 --concurrency 32"; do
   name=${point%%:*}_$TAG; mkdir -p /tmp/bench_$name "$OUT/bench_$name"
   $I bench http://127.0.0.1:8000 ${point#*:} --workers 4 --duration $S --warmup 3 --out /tmp/bench_$name 2>&1 | tail -3
