@@ -49,6 +49,6 @@ def test_no_tensorrt_backend_is_claimed():
     readme = (ROOT / "README.md").read_text()
     assert "vLLM/TensorRT when installed" not in readme
     assert "infertune has no TensorRT backend" in readme and "What it does not do" in readme
-    ort = (ROOT / "src" / "infertune" / "backends" / "onnxruntime.py").read_text()
+    ort = (ROOT / "src" / "infertune" / "engines" / "onnxruntime.py").read_text()
     assert "TensorRT providers when installed" not in ort and "TensorRT execution provider is not used" in ort
     assert "TensorrtExecutionProvider" not in ort  # and indeed the code never asks for it
