@@ -161,7 +161,7 @@ def make_checkpoint(model_dir: str | Path, scheme: Scheme, calib_file: str | Pat
     rec = CheckpointRecord(
         scheme=scheme.id, label=scheme.label, model=str(model), output=str(out),
         recipe=[{"modifier": m.name, "module": m.module, "args": dict(m.args)} for m in mods], oneshot=args,
-        n_calibration=n, calibration_file=str(cal) if cal else None, wall_s=round(wall, 1), size_bytes=_size(out),
+        n_calibration=n, calibration_file=str(cal) if cal else None, wall_s=round(wall, 3), size_bytes=_size(out),
         quantization_config=qcfg, versions=versions, command=shlex.join(argv), log=str(log))
     Path(str(out) + RECORD_SUFFIX).write_text(rec.model_dump_json(indent=2) + "\n")
     console.print(f"llm-compressor {scheme.label}: done in {wall:.0f} s, {rec.size_bytes / 2**20:.1f} MiB on disk")
