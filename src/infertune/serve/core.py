@@ -81,17 +81,21 @@ class _Outbox:
         self.socks: dict[int, Any] = {}
 
     def send(self, fe: int, frames: list[bytes]) -> None:
+        sock = self.socks.get(fe)
+        if sock is None:
+            sock = self.socks[fe] = self._connect(fe)
+        sock.send_multipart(frames, copy=False)
+
+    def _connect(self, fe: int) -> Any:
         import zmq
 
         from infertune.serve.transport import frontend_addr
 
-        sock = self.socks.get(fe)
-        if sock is None:
-            sock = self.socks[fe] = self.ctx.socket(zmq.PUSH)
-            sock.setsockopt(zmq.LINGER, 1000)
-            sock.setsockopt(zmq.SNDHWM, 0)
-            sock.connect(frontend_addr(self.run_dir, fe))
-        sock.send_multipart(frames, copy=False)
+        sock = self.ctx.socket(zmq.PUSH)
+        sock.setsockopt(zmq.LINGER, 1000)
+        sock.setsockopt(zmq.SNDHWM, 0)
+        sock.connect(frontend_addr(self.run_dir, fe))
+        return sock
 
     def close(self) -> None:
         for s in self.socks.values():

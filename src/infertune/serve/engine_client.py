@@ -30,6 +30,7 @@ import numpy as np
 
 from infertune.serve.errors import EngineDown, InputTooLong, Overloaded, TimedOut, from_wire
 from infertune.serve.schema import EmbeddingRequest, render
+from infertune.serve.transport import pack_requests, unpack_results
 
 log = logging.getLogger("infertune.serve")
 THREAD_TEXTS = 16  # requests with at least this many texts are tokenized (and rendered) off the loop
@@ -188,8 +189,6 @@ class EngineClient:
         return rows
 
     def _flush(self) -> None:
-        from infertune.serve.transport import pack_requests
-
         self._flush_at = None
         for i, box in enumerate(self._outbox):
             if box:
@@ -199,8 +198,6 @@ class EngineClient:
 
     def _deliver(self, frames: list[Any]) -> None:
         """One message of finished requests from an engine (on the loop)."""
-        from infertune.serve.transport import unpack_results
-
         now = time.monotonic()
         for rid, rows, err in unpack_results(frames, self.emb.spec.dim):
             got = self._pending.pop(rid, None)
