@@ -115,7 +115,8 @@ WorkerProcess = Annotated[bool, typer.Option(
          "always run so")]
 WorkerTimeoutS = Annotated[float, Duration(
     "with engine processes (--worker-process, --frontends N, several GPUs): an engine that holds "
-    "requests and answers nothing for this long is stalled; it is killed and restarted")]
+    "requests and sends nothing for this long (a busy engine sends a heartbeat after every batch, so only a "
+    "hung process or one batch longer than this counts) is stalled; it is killed and restarted")]
 Ceiling = Annotated[bool, typer.Option(
     "--ceiling",
     help="do not serve: measure the forward-only ceiling (items/s with nothing but the "

@@ -40,6 +40,7 @@ from infertune.config import Batching
 from infertune.serve.errors import BatchFailed, to_wire
 
 log = logging.getLogger("infertune.serve")
+BEAT_S = 0.25  # the longest a busy core leaves a frontend without a message (see _beat)
 
 
 class _Window:
@@ -67,9 +68,13 @@ class Chunk:
 
 class BatchCore:
     def __init__(self, emb: Any, settings: Any, metrics: Any, inbox: Any, send: Any,
-                 seed: list[tuple[float, float]] | None = None):
+                 seed: list[tuple[float, float]] | None = None, index: int = 0):
         # inbox.get(timeout_s) -> the messages (frame lists) that arrived, waiting up to timeout_s for the first
         self.emb, self.s, self.m, self.inbox, self.send = emb, settings, metrics, inbox, send
+        self.index = index  # this engine's index: every answer says who sent it
+        # frontend -> when it last heard from this core (an answer or a heartbeat): engine_client's stall watch
+        self._heard: dict[int, float] = {}
+        self._beat_check = 0.0
         # forward seconds against padded tokens, fitted online: where a window splits into batches
         self.timings: deque[tuple[float, float]] = deque(seed or [], maxlen=256)
         self.cost = fit_line(self.timings) if len(self.timings) >= 4 else None
@@ -105,7 +110,8 @@ class BatchCore:
     def _drain(self, timeout_s: float) -> None:
         for frames in self.inbox.get(max(0.0, timeout_s)):
             try:
-                self.pending.append(Chunk(frames))
+                self.pending.append(c := Chunk(frames))
+                self._heard.setdefault(c.fe, time.perf_counter())
             except Exception:  # noqa: BLE001 - a malformed message is logged; the engine goes on
                 log.exception("could not read a message from a frontend")
 
@@ -238,6 +244,19 @@ class BatchCore:
             if self.batches % 32 == 0 and len(self.timings) >= 4:
                 self.cost = fit_line(self.timings)
         self._answer(due, win.out, win.failed, win.err)
+        self._beat()
+
+    def _beat(self) -> None:
+        """A heartbeat to every frontend that heard nothing from this core for BEAT_S while it made progress:
+        a frontend's requests may wait behind other frontends' work for longer than its stall limit."""
+        now = time.perf_counter()
+        if now - self._beat_check < BEAT_S / 4:
+            return
+        self._beat_check = now
+        for fe, heard in list(self._heard.items()):
+            if now - heard >= BEAT_S:
+                self._heard[fe] = now
+                self.send(fe, [pickle.dumps((self.index, []), protocol=5), b""])
 
     def _failed(self, win: _Window, idx: np.ndarray, e: Exception) -> None:
         log.error("forward pass failed: %s: %s", type(e).__name__, e, exc_info=e)
@@ -288,7 +307,8 @@ class BatchCore:
                 blocks.append((a, b))
         for fe, (heads, blocks) in by_fe.items():
             body = np.concatenate([out[a:b] for a, b in blocks]) if blocks else np.empty((0, out.shape[1]), np.float32)
-            self.send(fe, [pickle.dumps(heads, protocol=5), body.tobytes()])
+            self.send(fe, [pickle.dumps((self.index, heads), protocol=5), body.tobytes()])
+            self._heard[fe] = t0
         self.m.stage_seconds.labels("postprocess").observe(time.perf_counter() - t0)
 
     def loop(self, stop: Any) -> None:

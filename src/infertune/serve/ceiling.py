@@ -26,7 +26,8 @@ def forward_ceiling(model: str, device: str | None = None, texts: list[str] | No
     from infertune.config import Batching
     from infertune.models.resolve import resolve_model
     from infertune.serve.config import ServeConfig, resolve_settings
-    from infertune.tasks.embedding.artifact import load_model, read_manifest
+    from infertune.serve.engine_setup import bring_up
+    from infertune.tasks.embedding.artifact import read_manifest
 
     ref = resolve_model(model)
     manifest = read_manifest(ref.path) if ref.format == "artifact" else None
@@ -36,12 +37,8 @@ def forward_ceiling(model: str, device: str | None = None, texts: list[str] | No
         from infertune.workloads.texts import load_workload
 
         texts = load_workload(None).items
-    emb = load_model(model, settings.device, task=task)
-    engine = "as loaded"
-    if settings.device == "cuda":  # the server's engine: the same CUDA-graph wrapping as `serve`
-        from infertune.engines.graphs import with_graphs
-
-        emb, engine = with_graphs(emb, settings.cuda_graphs, settings.batch_tokens)
+    # the server's engine, brought up as `serve` brings it up (the CUDA-graph wrapping included)
+    emb, engine = bring_up(model, settings.device, settings.model_dump(), {"task": task} if task else None)
     # a packed engine decides whether it packs before we plan batches for it
     packed = emb.settle_packing() if hasattr(emb, "settle_packing") else False
     ids = sorted(emb.token_ids(texts), key=len)

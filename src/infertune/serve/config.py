@@ -74,8 +74,9 @@ class ServeConfig(BaseModel):
         "correctness (CPU features its engine uses, GPU compute capability or product, the engine's version)"))
     log_level: str = "warning"
     worker_process: bool = False  # the model in a supervised engine process (the processes topology, 1 frontend)
-    worker_timeout_s: Seconds = Field(60.0, gt=0, description="an engine process that holds requests and answers "
-                                      "nothing for this long is treated as stalled: it is killed and restarted")
+    worker_timeout_s: Seconds = Field(60.0, gt=0, description="an engine process that holds requests and sends "
+                                      "nothing (no answer, no heartbeat: a busy engine beats after every batch) "
+                                      "for this long is stalled: it is killed and restarted")
 
     def load_options(self) -> dict[str, Any]:
         """What artifact.load_model needs besides the model and device (passed to every engine process)."""

@@ -53,7 +53,8 @@ def engine_main(conn: Any, index: int, model: str, device: str, threads: int | N
         pull.setsockopt(zmq.LINGER, 0)
         pull.bind(engine_addr(run_dir, index))
         out = _Outbox(ctx, run_dir)
-        core = BatchCore(loaded.emb, Settings(**settings), metrics, ZmqInbox(pull), out.send, loaded.seed)
+        core = BatchCore(loaded.emb, Settings(**settings), metrics, ZmqInbox(pull), out.send, loaded.seed,
+                         index=index)
         conn.send(("ready", {**loaded.info, "batch_core": f"{type(core).__module__}.{type(core).__qualname__}"}))
         metrics.ready.set(1)
         metrics.worker_up.set(1)

@@ -30,7 +30,7 @@ import numpy as np
 
 from infertune.serve.errors import EngineDown, InputTooLong, Overloaded, TimedOut, from_wire
 from infertune.serve.schema import EmbeddingRequest, render
-from infertune.serve.transport import pack_requests, unpack_results
+from infertune.serve.transport import pack_requests, unpack_answer
 
 log = logging.getLogger("infertune.serve")
 THREAD_TEXTS = 16  # requests with at least this many texts are tokenized (and rendered) off the loop
@@ -198,14 +198,14 @@ class EngineClient:
 
     def _deliver(self, frames: list[Any]) -> None:
         """One message of finished requests from an engine (on the loop)."""
-        now = time.monotonic()
-        for rid, rows, err in unpack_results(frames, self.emb.spec.dim):
+        sender, results = unpack_answer(frames, self.emb.spec.dim)
+        self.heard[sender] = time.monotonic()  # answers, or a heartbeat while it works for other clients
+        for rid, rows, err in results:
             got = self._pending.pop(rid, None)
             if got is None:  # timed out, or failed when its engine went down
                 continue
             fut, eng, n, _ = got
             self.load[eng] -= n
-            self.heard[eng] = now
             if fut.done():
                 continue
             if err is not None:

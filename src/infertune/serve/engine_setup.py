@@ -45,13 +45,8 @@ def load_engine(model: str, device: str, settings: dict[str, Any], *, threads: i
         import torch
 
         torch.set_num_threads(threads or 1)
-    from infertune.tasks.embedding.artifact import load_model
-
-    emb = load_model(model, device, **(load_opts or {}))
+    emb, graphs = bring_up(model, device, settings, load_opts)
     if device == "cuda":
-        from infertune.engines.graphs import with_graphs
-
-        emb, graphs = with_graphs(emb, settings.get("cuda_graphs", "auto"), int(settings.get("batch_tokens") or 16384))
         print(f"{who}: {graphs}", file=sys.stderr, flush=True)
     warm = sorted(emb.token_ids(warmup or warmup_texts()), key=len)
     for rows in (warm[:4], warm[-2:], warm[:1]):
@@ -74,6 +69,20 @@ def load_engine(model: str, device: str, settings: dict[str, Any], *, threads: i
             "load_s": round(time.perf_counter() - t0, 2),
             "vocab_size": len(tok) if hasattr(tok, "__len__") else int(getattr(tok, "vocab_size", 2**31 - 1))}
     return Loaded(emb, seed, info)
+
+
+def bring_up(model: str, device: str, settings: dict[str, Any],
+             load_opts: dict[str, Any] | None = None) -> tuple[Any, str]:
+    """The model as serving runs it: loaded for `device` and, on a GPU, wrapped in CUDA graphs as
+    settings["cuda_graphs"] says. Returns (embedder, how it runs). `serve --ceiling` times this same object."""
+    from infertune.tasks.embedding.artifact import load_model
+
+    emb = load_model(model, device, **(load_opts or {}))
+    if device != "cuda":
+        return emb, "as loaded"
+    from infertune.engines.graphs import with_graphs
+
+    return with_graphs(emb, settings.get("cuda_graphs", "auto"), int(settings.get("batch_tokens") or 16384))
 
 
 def warm_shapes(emb: Any, rows: list[list[int]]) -> None:

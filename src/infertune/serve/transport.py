@@ -7,8 +7,10 @@ and row counts), the row lengths (int32) and the token ids of all rows concatena
 per-item Python objects cross the socket, so a 2048-input request costs one message, like a 1-input one.
 
 Engine -> frontend (PUSH -> the frontend's own PULL): the requests finished since the last send, as a
-header (request id, rows, or an error's kind and message: serve/errors.py) and one float32 frame with the
-rows of the successful ones, in header order.
+header (the engine's index, then per request its id and rows, or an error's kind and message:
+serve/errors.py) and one float32 frame with the rows of the successful ones, in header order. A message
+with no requests is a heartbeat: the engine is making progress on other frontends' work, so a frontend
+whose own requests wait behind that work does not take the engine for stalled.
 
 Addresses are ipc:// sockets in a private directory the launcher makes; both sides are our own processes
 of one user, which is why a pickled header is fine here (never expose these sockets on a network).
@@ -63,16 +65,18 @@ def unpack_requests(frames: list[Any]) -> tuple[int, list[tuple[int, list[list[i
     return frontend, out
 
 
-def pack_results(results: list[tuple[int, np.ndarray | None, Wire | None]]) -> list[bytes]:
-    """Frames for finished requests: (request id, float32 rows or None, error or None)."""
+def pack_results(results: list[tuple[int, np.ndarray | None, Wire | None]], engine: int = 0) -> list[bytes]:
+    """Frames for finished requests of engine `engine`: (request id, float32 rows or None, error or None).
+    No results: a heartbeat (the engine is making progress, on other clients' work)."""
     head = [(rid, None if rows is None else len(rows), err) for rid, rows, err in results]
     arrays = [np.ascontiguousarray(rows, dtype=np.float32) for _, rows, _ in results if rows is not None]
     body = np.concatenate(arrays).tobytes() if arrays else b""
-    return [pickle.dumps(head, protocol=5), body]
+    return [pickle.dumps((engine, head), protocol=5), body]
 
 
-def unpack_results(frames: list[Any], dim: int) -> list[tuple[int, np.ndarray | None, Wire | None]]:
-    head = pickle.loads(frames[0])
+def unpack_answer(frames: list[Any], dim: int) -> tuple[int, list[tuple[int, np.ndarray | None, Wire | None]]]:
+    """(the engine that sent it, its finished requests)."""
+    engine, head = pickle.loads(frames[0])
     flat = np.frombuffer(frames[1], dtype=np.float32).reshape(-1, dim) if len(frames[1]) else None
     out, at = [], 0
     for rid, n, err in head:
@@ -81,7 +85,11 @@ def unpack_results(frames: list[Any], dim: int) -> list[tuple[int, np.ndarray | 
         else:
             out.append((rid, flat[at:at + n], None))
             at += n
-    return out
+    return engine, out
+
+
+def unpack_results(frames: list[Any], dim: int) -> list[tuple[int, np.ndarray | None, Wire | None]]:
+    return unpack_answer(frames, dim)[1]
 
 
 class ZmqInbox:

@@ -82,3 +82,19 @@ def test_stalled_worker_is_killed_after_the_timeout(fake_server):
     _wait_new_worker(srv.url, w["pid"])
     assert embed(srv.url, "a b c", "fake").status_code == 200
     assert metric(srv.url, "infertune_worker_restarts_total") == 1
+
+
+def test_a_request_longer_than_the_timeout_is_not_a_stall(fake_server):
+    """One request of 200 texts runs as several batches of about 0.4 s, 2 s or more in all: longer than
+    --worker-timeout-s 1, with the engine answering nothing for that request until its last batch. The engine
+    sends heartbeats while it makes progress, so its client does not take it for stalled: 200, no restart."""
+    srv = fake_server("--worker-process", "--worker-timeout-s", "1", us_per_token=200)
+    pid = _worker(srv.url)["pid"]
+    t = time.perf_counter()
+    r = embed(srv.url, ["a " * 50] * 200, "fake")
+    took = time.perf_counter() - t
+    assert r.status_code == 200, r.text
+    assert len(r.json()["data"]) == 200 and took > 1.0, took  # it did outlast the stall limit
+    w = _worker(srv.url)
+    assert w["pid"] == pid and w["restarts"] == 0
+    assert metric(srv.url, "infertune_worker_restarts_total") == 0

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from infertune.engines.base import Embedder
+from infertune.serve import batch_core
 from infertune.serve.batch_core import BatchCore, Chunk, bucket_rows
-from infertune.serve.transport import pack_requests, pack_results, unpack_requests, unpack_results
+from infertune.serve.transport import pack_requests, pack_results, unpack_answer, unpack_requests, unpack_results
 
 
 class _Tok:
@@ -147,8 +148,8 @@ def test_wire_format_round_trips():
     assert fe == 5 and back == reqs
     results = [(0, np.arange(8, dtype=np.float32).reshape(2, 4), None), (1, None, ("EngineDown", "down")),
                (2, np.ones((1, 4), np.float32), None)]
-    out = unpack_results(pack_results(results), 4)
-    assert [r[0] for r in out] == [0, 1, 2] and out[1][2] == ("EngineDown", "down")
+    sender, out = unpack_answer(pack_results(results, engine=3), 4)
+    assert sender == 3 and [r[0] for r in out] == [0, 1, 2] and out[1][2] == ("EngineDown", "down")
     np.testing.assert_array_equal(out[0][1], results[0][1])
     np.testing.assert_array_equal(out[2][1], results[2][1])
     assert pickle.loads(pack_requests(0, reqs)[0])[1][0] == (0, len(reqs[0][1]))
@@ -292,3 +293,34 @@ def test_an_async_engine_launches_the_next_batch_before_answering_this_one():
         if got[rid][1] is None:
             np.testing.assert_array_equal(got[rid][0], np.array([[sum(r), len(r), 1, 0] for r in rows], np.float32))
     assert sum(err is None for _, err in got.values()) >= 50  # only the failing batch's requests failed
+
+
+def test_a_busy_core_beats_to_frontends_it_has_not_answered(monkeypatch):
+    """A frontend whose request waits behind other frontends' batches gets heartbeats naming the engine (so its
+    stall watch does not kill a busy engine); a frontend answered within the beat interval gets none."""
+    import time
+
+    monkeypatch.setattr(batch_core, "BEAT_S", 0.05)
+
+    class Slow(Recorder):
+        def forward(self, batch):
+            time.sleep(0.03)
+            return super().forward(batch)
+
+    sent: list[tuple[int, int, list]] = []
+
+    def send(fe, frames):
+        engine, results = unpack_answer(frames, 4)
+        sent.append((fe, engine, results))
+
+    core = BatchCore(Slow(), _settings(batch_tokens=32, max_batch_tokens=32), _Metrics(), inbox=None, send=send,
+                     index=2)
+    core.cost = (1e-3, 1e-9)
+    busy = [(rid, [[7] * 30]) for rid in range(12)]  # 12 batches of one row: about 0.36 s of work for frontend 0
+    waiting = Chunk(pack_requests(1, [(99, [[5] * 30])]))
+    core._heard[1] = time.perf_counter()  # frontend 1's request arrived with frontend 0's
+    core.run_window([Chunk(pack_requests(0, busy))])
+    beats = [(fe, engine) for fe, engine, results in sent if not results]
+    assert beats and set(beats) == {(1, 2)}  # only the frontend left waiting, naming engine 2
+    core.run_window([waiting])
+    assert [r[0] for fe, _, results in sent if fe == 1 for r in results] == [99]
