@@ -2,7 +2,7 @@
 backend whose forward sleeps with the GIL released), interleaved. CPU per request does not depend on how
 many cores the box has, so it says what a 16-core GPU host's engine process would pay per message, which a
 2-core box's req/s cannot (there the load client shares the cores). Usage: [C=clients ITEMS=texts/request] cpu_per_request.py ROUNDS [serve flags]"""
-import importlib.util, statistics, sys, time
+import importlib.util, os, statistics, sys, time
 from pathlib import Path
 import psutil
 sys.path.insert(0, "/work/main/tests/integration/serve")
@@ -10,7 +10,7 @@ spec = importlib.util.spec_from_file_location("b", "/work/main/scripts/bench_ser
 b = importlib.util.module_from_spec(spec); spec.loader.exec_module(b)
 from serve_helpers import write_fake_artifact
 art = write_fake_artifact(Path("/tmp/ab/fakeart"), 2)
-SRC = {"old": "/work/main/.before/src", "new": "/work/main/src"}
+SRC = {"old": os.environ.get("OLD", "/work/main/.before/src"), "new": os.environ.get("NEW", "/work/main/src")}
 texts = ["a b c d e f g h"] * 50
 rounds = int(sys.argv[1]); flags = sys.argv[2:] or ["--frontends", "2"]
 import os

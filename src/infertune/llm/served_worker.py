@@ -35,7 +35,7 @@ class ServedWorker:
             ckpt = j.get("checkpoint")
             if j.get("scheme"):
                 ckpt, made = self._checkpoint()
-                record["checkpoint"] = made
+                record["checkpoint_made"] = made  # how it was made (or found in the cache): results.json
             self.srv, load_s = launch(ckpt, tuple(j["args"]), device=j["device"], dtype=j["dtype"],
                                       max_model_len=j["max_model_len"], port=j["port"], python=j.get("python"),
                                       log=Path(j["log"]) if j.get("log") else None, timeout_s=self.timeout_s,
@@ -43,8 +43,8 @@ class ServedWorker:
         except InfertuneError as e:
             raise WorkerFailed(str(e)[-900:]) from e
         executed = {"engine": "vllm", "checkpoint": str(ckpt), "args": list(j["args"]), "load_s": round(load_s, 1),
-                    "command": " ".join(self.srv.argv), "env": dict(self.srv.env)}
-        return {"prepare_s": time.monotonic() - t0, "executed": executed, "record": {}, "checkpoint": record}
+                    "command": " ".join(self.srv.argv), "env": dict(self.srv.env), **record}
+        return {"prepare_s": time.monotonic() - t0, "executed": executed, "record": {}}
 
     def _checkpoint(self) -> tuple[str, dict[str, Any]]:
         from infertune.llm.checkpoint_cache import cached_checkpoint

@@ -126,7 +126,13 @@ def launch(checkpoint: str | Path, args: tuple[str, ...] = (), *, device: str = 
         raise InfertuneError(f"{checkpoint} has no config.json: not a checkpoint vLLM can load")
     argv = server_argv(find_vllm(device, python), str(checkpoint), tuple(args), dtype=dtype,
                        max_model_len=max_model_len, host=host, port=port, served_name=served_name)
-    srv = VLLMServer(argv, server_env(device, env), host, port, log)
+    return _started(argv, server_env(device, env), host, port, log, timeout_s)
+
+
+def _started(argv: list[str], env: dict[str, str], host: str, port: int, log: Path | None,
+             timeout_s: float) -> tuple[VLLMServer, float]:
+    """Start the server; (it, seconds until /health answered), or stop it again and raise."""
+    srv = VLLMServer(argv, env, host, port, log)
     try:
         took = srv.wait_healthy(timeout_s)
     except BaseException:
@@ -204,13 +210,7 @@ def start_vllm(artifact: str | Path, host: str = "127.0.0.1", port: int = 8000, 
                extra_args: tuple[str, ...] = (), log: Path | None = None, timeout_s: float = 900) -> VLLMServer:
     """Start vLLM on the artifact and return once /health answers (non-blocking form of serve_llm)."""
     argv, env, _ = command(artifact, host, port, python, extra_args)
-    srv = VLLMServer(argv, env, host, port, log)
-    try:
-        srv.wait_healthy(timeout_s)
-    except BaseException:
-        srv.stop(grace_s=5)
-        raise
-    return srv
+    return _started(argv, env, host, port, log, timeout_s)[0]
 
 
 def serve_llm(artifact_path: str | Path, host: str = "127.0.0.1", port: int = 8000, python: str | None = None,

@@ -176,6 +176,32 @@ def test_a_served_candidate_that_fails_is_the_loops_worker_failure():
     w.kill()  # nothing started: a no-op
 
 
+def test_a_made_checkpoint_is_recorded_in_what_ran(monkeypatch):
+    """A candidate whose checkpoint is made (or found in the cache) says how in `executed` (results.json):
+    where, whether reused, how long making it took. The checkpoint maker and vLLM are stand-ins here."""
+    from types import SimpleNamespace
+
+    from infertune.llm import checkpoint_cache, vllm_server
+    from infertune.llm.served_worker import ServedWorker
+
+    rec = SimpleNamespace(wall_s=12.5, size_bytes=1000, n_calibration=64, recipe="r", versions={},
+                          quantization_config={})
+    monkeypatch.setattr(checkpoint_cache, "cached_checkpoint", lambda *a, **k: ("/cache/int8", rec, True))
+    started = {}
+
+    def launch(ckpt, args, **kw):
+        started["ckpt"] = ckpt
+        return SimpleNamespace(argv=["vllm", "serve", ckpt], env={}), 3.0
+
+    monkeypatch.setattr(vllm_server, "launch", launch)
+    w = ServedWorker({"scheme": "int8-w8a8", "model_dir": "/m", "cache_dir": "/c", "args": [], "device": "cpu",
+                      "dtype": "bfloat16", "max_model_len": 128, "port": 1}, 5)
+    info = w.ready()
+    made = info["executed"]["checkpoint_made"]
+    assert started["ckpt"] == "/cache/int8" == info["executed"]["checkpoint"]
+    assert made["reused"] is True and made["wall_s"] == 12.5 and made["path"] == "/cache/int8"
+
+
 def test_lm_slo_flags_on_an_embedder_are_a_user_mistake_that_names_the_right_flag():
     from infertune.console import console
     from infertune.errors import InfertuneError
