@@ -122,9 +122,13 @@ class BatchCore:
                 return None
             self._drain(0.1)
         deadline = self.pending[0].t + self.wait_s()
+        rows, longest, seen = 0, 0, 0
         while True:
-            rows = sum(len(c.lens) for c in self.pending)
-            longest = max(int(c.lens.max()) for c in self.pending if len(c.lens))
+            for c in self.pending[seen:]:  # only the messages this drain added (many small ones under load)
+                if len(c.lens):
+                    rows += len(c.lens)
+                    longest = max(longest, int(c.lens.max()))
+            seen = len(self.pending)
             if rows * longest >= self.grown.size or rows >= self.window_rows:
                 break
             left = deadline - time.perf_counter()

@@ -13,11 +13,11 @@ and the process exits 0.
 from __future__ import annotations
 
 import asyncio
+import queue
 import signal
 import sys
 import threading
 import time
-from collections import deque
 from typing import Any
 
 from infertune.errors import InfertuneError
@@ -26,24 +26,25 @@ from infertune.serve.http import State, bind_tcp, capture_loop, create_app, drai
 
 
 class InprocInbox:
-    """The batch core's intake in one process: messages handed over under a condition variable."""
+    """The batch core's intake in one process: a C queue (put costs the event loop no Python-level lock; a
+    Condition's acquire and notify were 6% of the loop's samples with a fake engine at c=64)."""
 
     def __init__(self) -> None:
-        self._q: deque[list[bytes]] = deque()
-        self._cv = threading.Condition()
+        self._q: queue.SimpleQueue[list[bytes]] = queue.SimpleQueue()
 
     def put(self, frames: list[bytes]) -> None:
-        with self._cv:
-            self._q.append(frames)
-            self._cv.notify()
+        self._q.put(frames)
 
     def get(self, timeout_s: float) -> list[list[bytes]]:
-        with self._cv:
-            if not self._q and timeout_s > 0:
-                self._cv.wait(timeout_s)
-            out = list(self._q)
-            self._q.clear()
-            return out
+        try:
+            out = [self._q.get(timeout=timeout_s) if timeout_s > 0 else self._q.get_nowait()]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                out.append(self._q.get_nowait())
+            except queue.Empty:
+                return out
 
 
 class InprocLink:
