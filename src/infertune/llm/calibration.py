@@ -12,6 +12,7 @@ splits="train", text_column="text") loads it as the "train" split (llm/checkpoin
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,28 @@ class CalibrationSplit(BaseModel):
     histogram: list[dict[str, Any]]  # per token-length bucket, as the tune report shows the workload
 
 
+@dataclass
+class RenderedWorkload:
+    """A chat workload as the model's engine sees it: each request rendered with the chat template, and its ids.
+    Made once per tune (render_workload); the calibration split, the eval sets and the summary all read it."""
+
+    reqs: list[Any]
+    source: str
+    texts: list[str]
+    ids: list[list[int]]
+
+
+def render_workload(tokenizer: Any, workload: str | Path | None = None,
+                    requests: tuple[list[Any], str] | None = None) -> RenderedWorkload:
+    """Render and tokenize `workload` (None: the built-in chat sample), or `requests` already read
+    (load_chat_workload's answer)."""
+    from infertune.workloads.chat import load_chat_workload
+
+    reqs, source = requests if requests is not None else load_chat_workload(workload)
+    texts = [r.render(tokenizer) for r in reqs]
+    return RenderedWorkload(reqs, source, texts, [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts])
+
+
 def split_indices(lengths: list[int], eval_fraction: float = EVAL_FRACTION, seed: int = 0) -> list[int]:
     """Indices of the calibration requests: the stratified split's calibration side (the rest is tune's eval)."""
     from infertune.workloads.buckets import stratified_split
@@ -43,18 +66,19 @@ def split_indices(lengths: list[int], eval_fraction: float = EVAL_FRACTION, seed
 
 
 def write_calibration(out_dir: str | Path, tokenizer, workload: str | Path | None = None, *,
-                      eval_fraction: float = EVAL_FRACTION, seed: int = 0) -> CalibrationSplit:
+                      eval_fraction: float = EVAL_FRACTION, seed: int = 0,
+                      rendered: RenderedWorkload | None = None) -> CalibrationSplit:
     """Write the calibration split of `workload` (None: the built-in chat sample) to `out_dir`/train.json.
 
     `tokenizer` is the model's (transformers; anything with __call__ and apply_chat_template): it renders the
-    chat requests and counts their tokens, the lengths the split is stratified on.
+    chat requests and counts their tokens, the lengths the split is stratified on. `rendered`: that work done
+    already (render_workload), for this tokenizer and workload.
     """
     from infertune.workloads.buckets import histogram
-    from infertune.workloads.chat import load_chat_workload
 
-    reqs, source = load_chat_workload(workload)
-    texts = [r.render(tokenizer) for r in reqs]
-    lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    r = rendered or render_workload(tokenizer, workload)
+    reqs, source, texts = r.reqs, r.source, r.texts
+    lengths = [len(x) for x in r.ids]
     keep = split_indices(lengths, eval_fraction, seed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -69,4 +93,4 @@ def write_calibration(out_dir: str | Path, tokenizer, workload: str | Path | Non
         histogram=histogram(sub))
 
 
-__all__ = ["CalibrationSplit", "write_calibration", "split_indices", "FILE"]
+__all__ = ["CalibrationSplit", "RenderedWorkload", "render_workload", "write_calibration", "split_indices", "FILE"]

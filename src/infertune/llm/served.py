@@ -181,18 +181,18 @@ class EvalSets:
 
 
 def eval_sets(tokenizer, out_dir: Path, workload: str | Path | None = None, *, n_seqs: int = 24,
-              n_prompts: int = 16, max_len: int = 256, max_tokens: int | None = None, seed: int = 0) -> EvalSets:
+              n_prompts: int = 16, max_len: int = 256, max_tokens: int | None = None, seed: int = 0,
+              rendered: Any = None) -> EvalSets:
     """Split `workload` (None: the built-in chat sample) the way llm/calibration.py does and keep the eval side:
     `n_seqs` sequences for the teacher-forced scores and `n_prompts` greedy prompts, spread over its lengths;
-    every eval request, rendered with the chat template, goes to the bench file (`max_tokens` caps outputs)."""
+    every eval request, rendered with the chat template, goes to the bench file (`max_tokens` caps outputs).
+    `rendered`: calibration.render_workload's answer for this tokenizer and workload, when made already."""
     import json
 
-    from infertune.llm.calibration import EVAL_FRACTION, split_indices
-    from infertune.workloads.chat import load_chat_workload
+    from infertune.llm.calibration import EVAL_FRACTION, render_workload, split_indices
 
-    reqs, _ = load_chat_workload(workload)
-    texts = [r.render(tokenizer) for r in reqs]
-    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    r = rendered or render_workload(tokenizer, workload)
+    reqs, texts, ids = r.reqs, r.texts, r.ids
     calib = set(split_indices([len(x) for x in ids], EVAL_FRACTION, seed))
     ev = sorted((i for i in range(len(reqs)) if i not in calib), key=lambda i: len(ids[i]))
     if len(ev) < 2:

@@ -69,3 +69,30 @@ def test_file_is_where_the_step_reads_it(tmp_path):
 def test_builtin_sample_by_default(tmp_path):
     got = write_calibration(tmp_path, WordTokenizer())
     assert got.source.endswith("sample_chat.jsonl") and 0.25 < got.n / got.n_workload < 0.35
+
+
+def test_one_rendering_serves_the_split_and_the_eval_sets(tmp_path):
+    """tune renders and tokenizes the workload once (render_workload) and hands it to the calibration split and the
+    eval sets: the same files as each doing it alone, with no tokenizer call after the rendering."""
+    from infertune.llm.calibration import render_workload
+    from infertune.llm.served import eval_sets
+
+    class Counting(WordTokenizer):
+        calls = 0
+
+        def __call__(self, text, add_special_tokens=False):
+            Counting.calls += 1
+            return super().__call__(text, add_special_tokens)
+
+    wl = workload(tmp_path, [5 + (i * 37) % 700 for i in range(60)])
+    tok = Counting()
+    alone_cal = write_calibration(tmp_path / "a", tok, wl)
+    alone_ev = eval_sets(tok, tmp_path / "ea", wl, n_seqs=6, n_prompts=4)
+    rendered = render_workload(tok, wl)
+    before = Counting.calls
+    cal = write_calibration(tmp_path / "b", tok, wl, rendered=rendered)
+    ev = eval_sets(tok, tmp_path / "eb", wl, n_seqs=6, n_prompts=4, rendered=rendered)
+    assert Counting.calls == before and before == 3 * 60  # each alone tokenized all 60; with `rendered`, none
+    assert (tmp_path / "a/train.json").read_text() == (tmp_path / "b/train.json").read_text() and cal.n == alone_cal.n
+    assert ev.seqs == alone_ev.seqs and ev.prompts == alone_ev.prompts
+    assert (tmp_path / "ea/load.jsonl").read_text() == (tmp_path / "eb/load.jsonl").read_text()

@@ -57,7 +57,7 @@ class ServedLMTask(CausalLMTask):
     # --- setup ---------------------------------------------------------------------------------
     def load(self, out: Path) -> TuneResult:
         from infertune.hardware.fingerprint import fingerprint
-        from infertune.llm.calibration import write_calibration
+        from infertune.llm.calibration import render_workload, write_calibration
         from infertune.llm.models import lm_spec, load_tokenizer
         from infertune.llm.served import eval_sets
         from infertune.llm.vllm_server import find_vllm
@@ -71,11 +71,11 @@ class ServedLMTask(CausalLMTask):
         self.vllm = find_vllm(cfg.device)  # InfertuneError with the install command when there is none
         out.mkdir(parents=True, exist_ok=True)
         quick = cfg.quick
+        rendered = render_workload(self.tok, requests=self.requests)  # rendered and tokenized once, read thrice
         self.sets = eval_sets(self.tok, out / "served", cfg.workload, n_seqs=12 if quick else 24,
-                              n_prompts=16, max_len=256, max_tokens=cfg.lm_max_tokens)
-        self.calibration = write_calibration(out / "calibration", self.tok, cfg.workload)
-        reqs, _ = self.requests
-        lengths = [len(self.tok(r.render(self.tok), add_special_tokens=False)["input_ids"]) for r in reqs]
+                              n_prompts=16, max_len=256, max_tokens=cfg.lm_max_tokens, rendered=rendered)
+        self.calibration = write_calibration(out / "calibration", self.tok, cfg.workload, rendered=rendered)
+        lengths = [len(x) for x in rendered.ids]
         srt = sorted(lengths)
 
         def pct(q: float) -> float:
