@@ -5,7 +5,6 @@ with job["serve"] = "infertune.llm.worker:serve"."""
 from __future__ import annotations
 
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -132,34 +131,25 @@ def save(model, spec, cand, path: Path) -> dict[str, Any]:
 
 
 def serve(conn, job: dict[str, Any]) -> None:
-    from infertune.tuning.worker import peak_rss_mb, setup
+    from infertune.tuning.worker import answer_commands, peak_rss_mb, setup
 
     setup(job.get("threads"))
     t0 = time.perf_counter()
     spec, cand, model, engine, executed = build(job)
-    conn.send(("ok", {"prepare_s": time.perf_counter() - t0, "executed": executed}))
-    while True:
-        cmd, args = conn.recv()
-        if cmd == "stop":
-            return
-        try:
-            if cmd == "score":
-                out = engine.score(args["seqs"], args.get("ref"))
-            elif cmd == "greedy":
-                t = time.perf_counter()
-                out = {"tokens": [engine.greedy(ids, args["n"]) for ids in args["prompts"]],
-                       "wall_s": time.perf_counter() - t}
-            elif cmd == "measure":
-                out = _measure(engine, args)
-                out["peak_rss_mb"] = peak_rss_mb()
-                if job["device"] == "cuda":
-                    import torch
 
-                    out["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
-            elif cmd == "save":
-                out = save(model, spec, cand, Path(args["path"]))
-            else:
-                raise ValueError(f"unknown command {cmd}")
-            conn.send(("ok", out))
-        except Exception as e:  # noqa: BLE001 - reported to the parent, which records the failure
-            conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"))
+    def greedy(args: dict[str, Any]) -> dict[str, Any]:
+        t = time.perf_counter()
+        return {"tokens": [engine.greedy(ids, args["n"]) for ids in args["prompts"]], "wall_s": time.perf_counter() - t}
+
+    def measure(args: dict[str, Any]) -> dict[str, Any]:
+        out = _measure(engine, args)
+        out["peak_rss_mb"] = peak_rss_mb()
+        if job["device"] == "cuda":
+            import torch
+
+            out["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        return out
+
+    conn.send(("ok", {"prepare_s": time.perf_counter() - t0, "executed": executed}))
+    answer_commands(conn, {"score": lambda args: engine.score(args["seqs"], args.get("ref")), "greedy": greedy,
+                           "measure": measure, "save": lambda args: save(model, spec, cand, Path(args["path"]))})

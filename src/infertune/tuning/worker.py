@@ -42,6 +42,22 @@ def setup(threads: int | None, device: str = "cpu") -> None:
         torch.set_num_threads(threads)
 
 
+def answer_commands(conn, handlers: dict[str, Any]) -> None:
+    """A family's job, once its engine is prepared: answer the parent's (command, args) with
+    ("ok", handlers[command](args)) until "stop"; a command that raises (or is unknown) answers ("error", what and
+    where), and the parent records the candidate as failed."""
+    while True:
+        cmd, args = conn.recv()
+        if cmd == "stop":
+            return
+        try:
+            if cmd not in handlers:
+                raise ValueError(f"unknown command {cmd}")
+            conn.send(("ok", handlers[cmd](args)))
+        except Exception as e:  # noqa: BLE001 - reported to the parent, which records the failure
+            conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"))
+
+
 def _stdout_to_stderr() -> None:
     """A worker never writes to the parent's stdout (`tune --json` prints only JSON there): libraries that
     print progress (NNCF's statistics bar, compilers) go to stderr, native code included."""

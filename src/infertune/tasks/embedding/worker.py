@@ -4,11 +4,10 @@ the parent's commands (embed, measure, save) until told to stop."""
 from __future__ import annotations
 
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
-from infertune.tuning.worker import peak_rss_mb, setup
+from infertune.tuning.worker import answer_commands, peak_rss_mb, setup
 
 
 def _subset(texts: list[str], args: dict[str, Any]) -> list[str]:
@@ -37,38 +36,30 @@ def serve(conn, job: dict[str, Any]) -> None:
 
         emb = tuned_engine(emb, cand, device)
         start_tokenizers(emb)  # part of preparing, not of the first timed pass
-    conn.send(("ok", {"prepare_s": time.perf_counter() - t0, "executed": emb.describe()}))
-    while True:
-        cmd, args = conn.recv()
-        if cmd == "stop":
-            return
-        try:
-            if cmd == "embed":
-                out = emb.embed(_subset(texts, args), Batching.model_validate(args["batching"]), pooled=True)
-                conn.send(("ok", out))
-            elif cmd == "measure":
-                batching = Batching.model_validate(args["batching"])
-                if hasattr(emb, "max_tokens") and batching.kind == "tokens":
-                    emb.max_tokens = batching.size  # CUDA graphs up to the budget measured, as serve sizes them
-                sub = _subset(texts, args)
-                cap, seed = args.get("max_s"), args.get("shuffle")
-                limit = None
-                for _ in range(args.get("warmup", 0)):
-                    w = emb.measure_pass(sub, batching, max_s=args.get("warmup_max_s", cap), shuffle=seed)
-                    limit = w["batches"] if args.get("match_warmup") else None
-                # match_warmup: the timed pass runs exactly the batches the warm-up ran, so no shape meets
-                # its first run (oneDNN/AMX kernel creation, a compile) inside the timed pass
-                passes = [emb.measure_pass(sub, batching, max_s=None if limit else cap, shuffle=seed,
-                                           max_batches=limit) for _ in range(args.get("passes", 1))]
-                gpu = None
-                if device == "cuda":
-                    import torch
 
-                    gpu = torch.cuda.max_memory_allocated() / 2**20
-                conn.send(("ok", {"passes": passes, "peak_rss_mb": peak_rss_mb(), "peak_gpu_mb": gpu}))
-            elif cmd == "save":
-                conn.send(("ok", emb.save(Path(args["path"]))))
-            else:
-                conn.send(("error", f"unknown command {cmd}"))
-        except Exception as e:  # noqa: BLE001 - reported to the parent, which records the failure
-            conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"))
+    def embed(args: dict[str, Any]) -> Any:
+        return emb.embed(_subset(texts, args), Batching.model_validate(args["batching"]), pooled=True)
+
+    def measure(args: dict[str, Any]) -> dict[str, Any]:
+        batching = Batching.model_validate(args["batching"])
+        if hasattr(emb, "max_tokens") and batching.kind == "tokens":
+            emb.max_tokens = batching.size  # CUDA graphs up to the budget measured, as serve sizes them
+        sub = _subset(texts, args)
+        cap, seed = args.get("max_s"), args.get("shuffle")
+        limit = None
+        for _ in range(args.get("warmup", 0)):
+            w = emb.measure_pass(sub, batching, max_s=args.get("warmup_max_s", cap), shuffle=seed)
+            limit = w["batches"] if args.get("match_warmup") else None
+        # match_warmup: the timed pass runs exactly the batches the warm-up ran, so no shape meets
+        # its first run (oneDNN/AMX kernel creation, a compile) inside the timed pass
+        passes = [emb.measure_pass(sub, batching, max_s=None if limit else cap, shuffle=seed,
+                                   max_batches=limit) for _ in range(args.get("passes", 1))]
+        gpu = None
+        if device == "cuda":
+            import torch
+
+            gpu = torch.cuda.max_memory_allocated() / 2**20
+        return {"passes": passes, "peak_rss_mb": peak_rss_mb(), "peak_gpu_mb": gpu}
+
+    conn.send(("ok", {"prepare_s": time.perf_counter() - t0, "executed": emb.describe()}))
+    answer_commands(conn, {"embed": embed, "measure": measure, "save": lambda args: emb.save(Path(args["path"]))})
