@@ -88,10 +88,6 @@ def unpack_answer(frames: list[Any], dim: int) -> tuple[int, list[tuple[int, np.
     return engine, out
 
 
-def unpack_results(frames: list[Any], dim: int) -> list[tuple[int, np.ndarray | None, Wire | None]]:
-    return unpack_answer(frames, dim)[1]
-
-
 class ZmqInbox:
     """The batch core's intake in an engine process: the PULL socket every frontend pushes to."""
 

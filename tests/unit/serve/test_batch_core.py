@@ -15,7 +15,7 @@ import pytest
 from infertune.engines.base import Embedder
 from infertune.serve import batch_core
 from infertune.serve.batch_core import BatchCore, Chunk, bucket_rows
-from infertune.serve.transport import pack_requests, pack_results, unpack_answer, unpack_requests, unpack_results
+from infertune.serve.transport import pack_requests, pack_results, unpack_answer, unpack_requests
 
 
 class _Tok:
@@ -61,7 +61,7 @@ def _run(emb, reqs_by_fe: dict[int, list], settings=None, cost=None):
     core.cost = cost
     chunks = [Chunk(pack_requests(fe, reqs)) for fe, reqs in reqs_by_fe.items()]
     core.run_window(chunks)
-    return {fe: [r for frames in msgs for r in unpack_results(frames, 4)] for fe, msgs in sent.items()}
+    return {fe: [r for frames in msgs for r in unpack_answer(frames, 4)[1]] for fe, msgs in sent.items()}
 
 
 class _Metrics:
@@ -162,7 +162,7 @@ def test_requests_are_answered_as_their_last_batch_finishes():
     emb = Recorder("cpu")
     sent: list[tuple[int, list]] = []
     core = BatchCore(emb, _settings(batch_tokens=64, max_batch_tokens=64), _Metrics(), inbox=None,
-                     send=lambda fe, frames: sent.append((len(emb.batches), unpack_results(frames, 4))))
+                     send=lambda fe, frames: sent.append((len(emb.batches), unpack_answer(frames, 4)[1])))
     core.cost = (1e-3, 1e-9)  # batches are nearly free: split by length
     reqs = [(0, [[1] * 40]), (1, [[2] * 3]), (2, [[3] * 41, [4] * 2]), (3, [[5] * 4])]
     core.run_window([Chunk(pack_requests(0, reqs))])
@@ -286,7 +286,7 @@ def test_an_async_engine_launches_the_next_batch_before_answering_this_one():
         most = max(most, in_flight)
     assert len(emb.batches) > 4 and most == 2 and in_flight == 0
     got = {rid: (rows, err) for fe, msgs in sent.items() for frames in msgs
-           for rid, rows, err in unpack_results(frames, 4)}
+           for rid, rows, err in unpack_answer(frames, 4)[1]}
     assert sorted(got) == list(range(61))
     assert got[60][0] is None and got[60][1][0] == "BatchFailed" and "at collect" in got[60][1][1]
     for rid, rows in reqs[:60]:
