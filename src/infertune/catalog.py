@@ -69,7 +69,8 @@ ENGINES: dict[str, Engine] = {
     "torch-eager": Engine(_B + "torch_eager:TorchEager", rank=0, first_run={"cuda": "capture"},
                           option_needs={("batches", "packed"): ("gpu-bf16",)}),  # FlashAttention varlen
     "torch-compile": Engine(_B + "torch_compile:TorchCompile", rank=2,
-                            first_run={"cpu": "compile", "cuda": "compile"}),
+                            first_run={"cpu": "compile", "cuda": "compile"},
+                            option_needs={("batches", "packed"): ("gpu-bf16",)}),
     "onnxruntime": Engine(_B + "onnxruntime:OnnxRuntime", artifact=_B + "onnxruntime:load_artifact"),
     "openvino": Engine(_B + "openvino:OpenVino", artifact=_B + "openvino:load_artifact"),
     "fake": Engine(_B + "fake:FakeBackend"),

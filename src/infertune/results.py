@@ -147,6 +147,9 @@ class CandidateResult(BaseModel):
     why_tried: str = ""  # what this engine is good at on this host
     probe: dict[str, Any] = {}  # the short first measurement: speed, unit, p99_ms, ...
     dropped: str | None = None  # why successive halving dropped it
+    # a compiled engine's first compile, paid while preparing it: seconds (cold_s or warm_s by inductor's cache
+    # state), the cache key of what decides it, how it was compiled (engines/torch_compile.py, compile_cache.py)
+    compile: dict[str, Any] = {}
 
 
 class EnvFingerprint(BaseModel):

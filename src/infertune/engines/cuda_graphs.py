@@ -81,12 +81,17 @@ def grid(limit: int, max_tokens: int, max_rows: int = 64) -> list[tuple[int, int
 
 
 def why_not(emb: Any) -> str | None:
-    """None when `emb` can be served with CUDA graphs, else why not (one sentence)."""
-    if type(emb) is not TorchEmbedder:
-        return f"the {type(emb).__name__} engine runs its own way (graphs wrap PyTorch eager only)"
+    """None when `emb` can be served with CUDA graphs, else why not (one sentence). PyTorch eager and
+    torch.compile'd models (inductor's kernels are captured like eager ones), 16-bit or torchao-quantized."""
+    from infertune.engines.torch_compile import CompiledEmbedder
+
+    if type(emb) not in (TorchEmbedder, CompiledEmbedder):
+        return f"the {type(emb).__name__} engine runs its own way (graphs wrap PyTorch engines only)"
+    if getattr(emb, "bucket", 0):
+        return "torch.compile mode reduce-overhead captures its own CUDA graphs"
     if not str(emb.device).startswith("cuda"):
         return "CUDA graphs need a CUDA device"
-    if emb.candidate.quant:
+    if emb.candidate.quant and not emb.candidate.quant.startswith("torchao"):
         return f"quantized weights ({emb.candidate.quant}) are served eagerly"
     attn = getattr(getattr(emb.model, "config", None), "_attn_implementation", None)
     if attn != "sdpa":
@@ -113,6 +118,9 @@ class GraphedEmbedder(TorchEmbedder):
     def __init__(self, emb: TorchEmbedder, max_tokens: int = 16384):
         super().__init__(emb.spec, emb.tokenizer, emb.model, emb.candidate, emb.device)
         self.pad_id, self.needs_token_types = emb.pad_id, emb.needs_token_types
+        self.inner = emb
+        # what checks the packed forward: the uncompiled model (a compiled one's eager twin), else the model
+        self.reference_model = getattr(emb, "base_model", None) or emb.model
         self.max_tokens = max_tokens  # bigger shapes run eagerly: launch cost is small next to their compute
         self.causal = emb.spec.arch == "decoder"
         self.shapes: dict[tuple[int, int], _Shape | None] = {}  # None: runs eagerly (did not capture or match)
@@ -287,8 +295,24 @@ class GraphedEmbedder(TorchEmbedder):
         dev = torch.device(self.device)
         return self._record(self._run, {"ids": torch.from_numpy(ids).to(dev), "mask": torch.from_numpy(mask).to(dev)})
 
+    def reference_forward(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        """The padded forward of the uncompiled model: what packing and compiling are checked against."""
+        import torch
+
+        model, self.model = self.model, self.reference_model
+        try:
+            with torch.inference_mode():
+                return self._pooled(batch).cpu().numpy()
+        finally:
+            self.model = model
+
+    def save(self, path: Any) -> dict[str, Any]:
+        return self.inner.save(path)
+
     def describe(self) -> dict[str, Any]:
         d = super().describe()
+        if "compiled" in (inner := self.inner.describe()):
+            d["compiled"] = inner["compiled"]
         d["cuda_graphs"] = {"on": self.on, "shapes": len([s for s in self.shapes.values() if s is not None]),
                             "max_tokens": self.max_tokens, **self.stats}
         return d

@@ -63,6 +63,9 @@ class PackedGraphEmbedder(GraphedEmbedder):
         # the longest text a graph expects (FlashAttention sizes its grid by it, so it is a constant of every
         # captured shape); a batch with a longer text runs packed without a graph, at its own longest
         self.max_len = min(-(-max(self.spec.max_length, 16) // 8) * 8, 512)
+        # a longer text's batch runs packed without a graph at this one longest length (not its own: a compiled
+        # model would compile again for every new length it is given)
+        self.long_len = max(self.max_len, -(-self.spec.max_length // 8) * 8)
         # tokens: real ones, and what the packed batches ran (real plus graph filler)
         self.stats.update(packed_batches=0, packed_tokens=0, real_tokens=0)
         self.ran_tokens = 0
@@ -89,8 +92,10 @@ class PackedGraphEmbedder(GraphedEmbedder):
 
         mask = batch["attention_mask"]
         p = varlen.Packed(batch["input_ids"], mask, self.pad_id)
+        longest = int(mask.sum(1).max(initial=1))
+        max_len = self.max_len if longest <= self.max_len else max(self.long_len, longest)
         with torch.inference_mode():
-            return self._run_packed(self._tensors(p), int(mask.sum(1).max(initial=1)))[: p.n].cpu().numpy()
+            return self._run_packed(self._tensors(p), max_len)[: p.n].cpu().numpy()
 
     def check_packing(self, batch: dict[str, np.ndarray]) -> bool:
         """Packed rows against the padded eager forward of the same rows, once; packing stays on if they agree."""
@@ -101,7 +106,7 @@ class PackedGraphEmbedder(GraphedEmbedder):
             log.warning("packed batches turned off (%s: %s); batches are padded", type(e).__name__, e)
             self.packed = False
             return False
-        want = super(GraphedEmbedder, self).forward(batch)
+        want = self.reference_forward(batch)
         cos = row_cosines(got, want)
         if not np.isfinite(cos).all() or cos.min() < self.min_cos:
             log.warning("packed batches turned off: min cosine %.6f against the padded forward (< %g)",

@@ -48,6 +48,13 @@ def load_engine(model: str, device: str, settings: dict[str, Any], *, threads: i
     emb, graphs = bring_up(model, device, settings, load_opts)
     if device == "cuda":
         print(f"{who}: {graphs}", file=sys.stderr, flush=True)
+    if hasattr(getattr(emb, "inner", emb), "compile_info"):  # torch.compile: compiled before /ready, and timed
+        from infertune.engines.torch_compile import warm_compile
+
+        got = warm_compile(emb)
+        print(f"{who}: compiled in {got['seconds']} s ({got['cache']} inductor cache"
+              f"{', kernels from the artifact' if got.get('from_artifact') else ''}; {got.get('scope')})",
+              file=sys.stderr, flush=True)
     warm = sorted(emb.token_ids(warmup or warmup_texts()), key=len)
     for rows in (warm[:4], warm[-2:], warm[:1]):
         emb.postprocess(emb.forward(emb.collate(rows)))

@@ -155,7 +155,7 @@ class Run:
             sib = next((r for k, r in self.results.items() if self.cands[k].engine_id == c.engine_id
                         and r.status == "ok"), None)
             self.record(c, status="ok", prepare_s=sib.prepare_s if sib else None,
-                        executed=sib.executed if sib else {})
+                        executed=sib.executed if sib else {}, compile=sib.compile if sib else {})
             return True
         if c.engine_id in self.dead:
             status, why = self.dead[c.engine_id]

@@ -51,6 +51,8 @@ def write_manifest(path: Path, spec, candidate, result, saved: dict[str, Any]) -
                    "peak_gpu_mb": win.measurement.peak_gpu_mb if win.measurement else None,
                    "source": "the winner's tune worker: max RSS over its life (getrusage: preparing the engine "
                              "and its timed passes) and max allocated GPU memory"},
+        # a compiled winner: its first compile in the tune, and the kernels the artifact carries (compile_cache.py)
+        "compile": {**win.compile, "file": saved.get("compile_cache")} if win.compile else None,
         "load": {
             "python": f"infertune.tasks.embedding.artifact.load_embedder({str(path)!r})",
             "serve": f"infertune serve {path}",

@@ -41,12 +41,13 @@ def reference(device: str) -> Candidate:
     return Candidate(backend="torch-eager", precision="fp32", batching=tokens(device))
 
 
-def options(caps: Capabilities, quick: bool = False, extra: bool = False) -> list[Option]:
+def options(caps: Capabilities, quick: bool = False, extra: bool = False, arch: str = "encoder") -> list[Option]:
     """Everything worth trying here, each with the host capabilities it needs (infertune.catalog). `extra` adds
     options kept out of the default list because they are known to be slow or redundant here (tried only when
-    named with --candidates)."""
+    named with --candidates). `arch`: a decoder's compiled engines run bf16 (the dtype decoders are trained in;
+    fp16 can overflow in their activations), an encoder's fp16."""
     dev = caps.device
-    out = _written(caps, quick, extra) + offered(dev)
+    out = _written(caps, quick, extra, "bf16" if arch == "decoder" else "fp16") + offered(dev)
     return [replace(o, needs=requirements(o.candidate, dev)) for o in out]
 
 
@@ -59,7 +60,7 @@ def offered(device: str) -> list[Option]:
             for name, e in ENGINES.items() for f in e.offers if f.device == device]
 
 
-def _written(caps: Capabilities, quick: bool, extra: bool) -> list[Option]:
+def _written(caps: Capabilities, quick: bool, extra: bool, half: str = "fp16") -> list[Option]:
     """The built-in engines' options, with what they are good at and their priors on this host."""
     dev = caps.device
     tb = tokens(dev)
@@ -110,23 +111,14 @@ def _written(caps: Capabilities, quick: bool, extra: bool) -> list[Option]:
             Option(C(backend="torch-eager", precision="fp16", options=(("batches", "packed"),), batching=tb),
                    "fp16 with padding-free batches: texts laid end to end, FlashAttention varlen", 4.2),
             Option(C(backend="torch-eager", precision="bf16", batching=tb), "bf16 tensor cores", 3.9),
-            # after the eager half-precision options: on the H200 it tied eager bf16 for MiniLM (session 6),
-            # and a 0.6B decoder's compile outlasted its 86 s probe call, leaving no time for eager fp16
-            Option(C(backend="torch-compile", precision="fp16", batching=tb),
-                   "inductor-fused fp16 kernels (a compile per padded shape)", 3.8, probe_s=60.0),
             Option(C(backend="onnxruntime", precision="fp32", batching=tb), "ONNX Runtime on its CUDA provider", 2.0),
         ]
-        if not quick:
+        out += compiled_gpu_options(tb, half, quick)
+        if extra:
             out += [
                 Option(C(backend="torch-compile", precision="fp16", options=(("mode", "reduce-overhead"),),
-                         batching=tb), "inductor + CUDA graphs (launch overhead gone)", 4.1, probe_s=90.0),
-                Option(C(backend="torch-compile", precision="int8", quant="torchao-int8-dyn", batching=tb),
-                       "torchao int8 dynamic quantization, compiled", 3.0, probe_s=90.0),
-                Option(C(backend="torch-compile", precision="fp8", quant="torchao-fp8", batching=tb),
-                       "torchao fp8 (Hopper/Ada tensor cores), compiled", 3.5, probe_s=90.0),
-            ]
-        if extra:  # the compile of a 0.6B decoder with torchao outlasted its 204 s probe on the H200
-            out += [
+                         batching=tb), "inductor's own CUDA graphs (reduce-overhead), padded batches", 3.0,
+                       probe_s=90.0),
                 Option(C(backend="torch-eager", precision="fp8", quant="torchao-fp8", batching=tb),
                        "torchao fp8, eager (no compile: each Linear's activation is quantized by its own kernel)",
                        1.5),
@@ -154,3 +146,27 @@ def mixed_options(device: str, keep_high: tuple[str, ...], method: str = "ort-dy
            f"{'bf16' if device == 'cuda' else 'fp32'} (per-layer sensitivity on the calibration split)"
            + (", compiled" if compiled else ""))
     return [Option(c, why, rescue.prior, needs=requirements(c, device), probe_s=90.0 if compiled else None)]
+
+
+def compiled_gpu_options(tb, half: str, quick: bool) -> list[Option]:
+    """The compiled GPU engines: inductor's fused kernels, compiled block by block (one block's compile serves the
+    stack), served like eager ones (packed or padded batches, each shape a checked CUDA graph). On an H100 a
+    Qwen3-Embedding-0.6B shape ran 2.5x faster compiled than eager in bf16, and torchao fp8 rowwise compiled
+    another 1.2x (../docs/measurements). The precision ladder (tasks/embedding/ladder.py) scales the quantized
+    ones' priors by their measured GEMM speed, or skips them with its figures."""
+    C = Candidate
+    packed = (("batches", "packed"),)
+    out = [Option(C(backend="torch-compile", precision=half, batching=tb),
+                  f"inductor-fused {half} kernels in CUDA graphs (packed batches for a decoder)", 8.0, probe_s=90.0)]
+    if half == "fp16":  # an encoder: padded or packed, whichever measures faster
+        out.append(Option(C(backend="torch-compile", precision=half, options=packed, batching=tb),
+                          "inductor-fused fp16 kernels in CUDA graphs over padding-free batches", 8.2, probe_s=90.0))
+    if not quick:
+        out += [
+            Option(C(backend="torch-compile", precision="fp8", quant="torchao-fp8", batching=tb),
+                   "torchao fp8 rowwise (Hopper/Ada tensor cores), activation scales fused by inductor, in CUDA "
+                   "graphs", 8.5, probe_s=120.0),
+            Option(C(backend="torch-compile", precision="int8", quant="torchao-int8-dyn", batching=tb),
+                   "torchao int8 dynamic quantization, compiled, in CUDA graphs", 5.0, probe_s=120.0),
+        ]
+    return out

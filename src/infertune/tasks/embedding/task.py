@@ -89,13 +89,13 @@ class EmbeddingTask(Task):
         return [wl.items[i] for i in calib], [wl.items[i] for i in evals], summary
 
     def default_budget_s(self) -> float:
-        if self.cfg.device == "cuda":
-            return 180.0
+        if self.cfg.device == "cuda":  # a full GPU tune compiles several engines (fp8, int8 too)
+            return 180.0 if self.cfg.quick else 300.0
         return 150.0 if self.cfg.quick else 300.0
 
     def options(self, caps) -> list[Option]:
         extra = bool(self.cfg.candidates)
-        opts = candidates.options(caps, self.cfg.quick, extra=extra)
+        opts = candidates.options(caps, self.cfg.quick, extra=extra, arch=self.spec.arch)
         if self.spec.arch == "decoder":  # a decoder packs its batches on a GPU anyway
             opts = [o for o in opts if o.candidate.option("batches") != "packed"]
         if self.custom is not None:  # the library caller's own list; reference and baseline stay

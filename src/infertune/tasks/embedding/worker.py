@@ -36,6 +36,11 @@ def serve(conn, job: dict[str, Any]) -> None:
 
         emb = tuned_engine(emb, cand, device)
         start_tokenizers(emb)  # part of preparing, not of the first timed pass
+    record: dict[str, Any] = {}
+    if cand.backend == "torch-compile":  # the compile is part of preparing (and its cost the candidate's own)
+        from infertune.engines.torch_compile import warm_compile
+
+        record["compile"] = warm_compile(emb)
 
     def embed(args: dict[str, Any]) -> Any:
         return emb.embed(_subset(texts, args), Batching.model_validate(args["batching"]), pooled=True)
@@ -61,5 +66,5 @@ def serve(conn, job: dict[str, Any]) -> None:
             gpu = torch.cuda.max_memory_allocated() / 2**20
         return {"passes": passes, "peak_rss_mb": peak_rss_mb(), "peak_gpu_mb": gpu}
 
-    conn.send(("ok", {"prepare_s": time.perf_counter() - t0, "executed": emb.describe()}))
+    conn.send(("ok", {"prepare_s": time.perf_counter() - t0, "executed": emb.describe(), "record": record}))
     answer_commands(conn, {"embed": embed, "measure": measure, "save": lambda args: emb.save(Path(args["path"]))})
