@@ -99,7 +99,7 @@ class Measurement(BaseModel):
     items_per_s_estimator: str = "median of per-pass items/s"
     items_per_s_runs: list[float]  # one figure per timed pass
     items_per_s_spread: tuple[float, float]  # (min, max) over passes
-    tokens_per_s: float
+    tokens_per_s: float  # real (unpadded) tokens over the timed wall of all passes together
     padded_tokens_per_s: float
     latency_ms: Latency  # per batch, end to end (tokenize + forward + pool + to host)
     batches_per_pass: int
@@ -113,6 +113,9 @@ class Measurement(BaseModel):
     # GPU passes that overlap tokenization with the device (engines/overlap.py): the share of the timed wall the
     # worker's main thread spent waiting for token ids and for the device; absent for other passes
     wait_share: dict[str, float] | None = None
+    tokens_per_s_best: float | None = Field(None, description=(
+        "real (unpadded) tokens/s of the pass items_per_s is read from (the best pass): the texts' token counts "
+        "after truncation, special tokens included, padding not counted"))
 
 
 class CandidateResult(BaseModel):
