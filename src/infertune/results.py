@@ -3,6 +3,7 @@
 Contract (read by other tools; extend, never rename): results.json has `baseline`, `winner`,
 `candidates` (each `name`, `status`, `reason`, `items_per_s`, `latency_ms` {p50,p95,p99},
 `accuracy` {cosine_mean, cosine_min, topk_overlap, by_bucket, task}), `environment` and `config`.
+On a GPU each measured embedding candidate adds `peak` (Peak: achieved Linear TFLOP/s, share of the GPU's peak).
 """
 
 from __future__ import annotations
@@ -118,6 +119,27 @@ class Measurement(BaseModel):
         "after truncation, special tokens included, padding not counted"))
 
 
+class Peak(BaseModel):
+    """How far a GPU candidate's Linear layers are from the GPU's dense tensor peak for its precision. Linear only:
+    attention scores and values, norms and pooling are left out, so the fraction is a floor of the device's use."""
+
+    linear_tflops: float | None = Field(None, description="achieved Linear-layer TFLOP/s (TOPS for int8): "
+                                        "flops_per_token x tokens_per_s / 1e12")
+    flops_per_token: float | None = Field(None, description="Linear-layer FLOPs per real token, 2 x the Linear "
+                                          "weights a token multiplies through (plan's count from config.json)")
+    tokens_per_s: float | None = Field(None, description="real (unpadded) tokens/s of the best timed pass "
+                                       "(Measurement.tokens_per_s_best)")
+    precision: str | None = Field(None, description="the peak compared against: bf16 | fp16 | fp8 | int8 | fp32 "
+                                  "(mixed precision: its quantized kind)")
+    peak_tflops: float | None = Field(None, description="the GPU's dense peak for that precision (gpus.toml; "
+                                      "TOPS for int8)")
+    fraction: float | None = Field(None, description="linear_tflops / peak_tflops")
+    gpu: str | None = Field(None, description="the GPU spec table's entry (data/gpus.toml)")
+    gpu_reported: str | None = Field(None, description="the GPU's name as torch reports it")
+    note: str | None = Field(None, description="why a figure is missing (GPU or precision not in the table, no "
+                             "config.json to count FLOPs from)")
+
+
 class CandidateResult(BaseModel):
     name: str
     candidate: dict[str, Any] = {}
@@ -150,6 +172,8 @@ class CandidateResult(BaseModel):
     why_tried: str = ""  # what this engine is good at on this host
     probe: dict[str, Any] = {}  # the short first measurement: speed, unit, p99_ms, ...
     dropped: str | None = None  # why successive halving dropped it
+    # GPU runs: achieved Linear TFLOP/s and its share of the GPU's dense peak (None on a CPU or when not measured)
+    peak: Peak | None = None
 
 
 class EnvFingerprint(BaseModel):
