@@ -3,6 +3,7 @@ tokens/s, divided by the GPU's dense peak for the candidate's precision, found b
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,9 @@ from infertune.tasks.embedding.peak import (
     peak_precision,
     peak_record,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "fixtures"))
+import report_inputs as inputs  # noqa: E402
 
 # a BERT-base shape: 12 layers, hidden 768, intermediate 3072
 BERT = {"model_type": "bert", "architectures": ["BertModel"], "hidden_size": 768, "num_hidden_layers": 12,
@@ -157,3 +161,24 @@ def test_a_gpu_tune_on_an_unknown_gpu_records_a_note(tmp_path):
     p = _summarized(_task("cuda", tmp_path, "NVIDIA Imaginary X1"))["peak"]
     assert p.fraction is None and p.linear_tflops is not None and "not in the GPU spec table" in p.note
 
+
+def test_report_shows_the_peak_table_only_when_candidates_have_peaks(tmp_path):
+    from infertune.tasks.embedding.report import write_report
+
+    res = inputs.tune_gpu_with_peaks()
+    page = write_report(res, tmp_path / "gpu.html").read_text()
+    assert '<h2 id="peak">' in page and "% of peak" in page
+    win = res.winner
+    assert f"{win.peak.fraction * 100:.1f}%" in page and f"{win.peak.linear_tflops:,.1f} TFLOP/s" in page
+    cpu = write_report(inputs.tune(), tmp_path / "cpu.html").read_text()
+    assert 'id="peak"' not in cpu
+
+
+def test_console_summary_prints_the_winners_share(capsys):
+    from infertune.tasks.embedding.report import print_summary
+
+    res = inputs.tune_gpu_with_peaks()
+    print_summary(res)
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"Winner's share of the GPU: {peak_line(res.winner)}." in err
+    assert "of the H200-SXM's bf16 peak" in err
