@@ -3,6 +3,7 @@
 Contract (read by other tools; extend, never rename): results.json has `baseline`, `winner`,
 `candidates` (each `name`, `status`, `reason`, `items_per_s`, `latency_ms` {p50,p95,p99},
 `accuracy` {cosine_mean, cosine_min, topk_overlap, by_bucket, task}), `environment` and `config`.
+On a GPU each measured embedding candidate adds `peak` (Peak: achieved Linear TFLOP/s, share of the GPU's peak).
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ class Measurement(BaseModel):
     items_per_s_estimator: str = "median of per-pass items/s"
     items_per_s_runs: list[float]  # one figure per timed pass
     items_per_s_spread: tuple[float, float]  # (min, max) over passes
-    tokens_per_s: float
+    tokens_per_s: float  # real (unpadded) tokens over the timed wall of all passes together
     padded_tokens_per_s: float
     latency_ms: Latency  # per batch, end to end (tokenize + forward + pool + to host)
     batches_per_pass: int
@@ -113,6 +114,30 @@ class Measurement(BaseModel):
     # GPU passes that overlap tokenization with the device (engines/overlap.py): the share of the timed wall the
     # worker's main thread spent waiting for token ids and for the device; absent for other passes
     wait_share: dict[str, float] | None = None
+    tokens_per_s_best: float | None = Field(None, description=(
+        "real (unpadded) tokens/s of the pass items_per_s is read from (the best pass): the texts' token counts "
+        "after truncation, special tokens included, padding not counted"))
+
+
+class Peak(BaseModel):
+    """How far a GPU candidate's Linear layers are from the GPU's dense tensor peak for its precision. Linear only:
+    attention scores and values, norms and pooling are left out, so the fraction is a floor of the device's use."""
+
+    linear_tflops: float | None = Field(None, description="achieved Linear-layer TFLOP/s (TOPS for int8): "
+                                        "flops_per_token x tokens_per_s / 1e12")
+    flops_per_token: float | None = Field(None, description="Linear-layer FLOPs per real token, 2 x the Linear "
+                                          "weights a token multiplies through (plan's count from config.json)")
+    tokens_per_s: float | None = Field(None, description="real (unpadded) tokens/s of the best timed pass "
+                                       "(Measurement.tokens_per_s_best)")
+    precision: str | None = Field(None, description="the peak compared against: bf16 | fp16 | fp8 | int8 | fp32 "
+                                  "(mixed precision: its quantized kind)")
+    peak_tflops: float | None = Field(None, description="the GPU's dense peak for that precision (gpus.toml; "
+                                      "TOPS for int8)")
+    fraction: float | None = Field(None, description="linear_tflops / peak_tflops")
+    gpu: str | None = Field(None, description="the GPU spec table's entry (data/gpus.toml)")
+    gpu_reported: str | None = Field(None, description="the GPU's name as torch reports it")
+    note: str | None = Field(None, description="why a figure is missing (GPU or precision not in the table, no "
+                             "config.json to count FLOPs from)")
 
 
 class CandidateResult(BaseModel):
@@ -150,6 +175,8 @@ class CandidateResult(BaseModel):
     # a compiled engine's first compile, paid while preparing it: seconds (cold_s or warm_s by inductor's cache
     # state), the cache key of what decides it, how it was compiled (engines/torch_compile.py, compile_cache.py)
     compile: dict[str, Any] = {}
+    # GPU runs: achieved Linear TFLOP/s and its share of the GPU's dense peak (None on a CPU or when not measured)
+    peak: Peak | None = None
 
 
 class EnvFingerprint(BaseModel):

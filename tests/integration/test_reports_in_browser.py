@@ -127,3 +127,30 @@ def test_report_renders_in_a_browser_with_its_headline(browser, kind, tmp_path):
     _small_png(raw, _shot_dir(tmp_path) / f"{kind}.png")
     page.close()
     assert not problems, f"{kind}: {problems}"
+
+
+def test_gpu_tune_report_shows_each_candidates_share_of_the_peak(browser, tmp_path):
+    """A GPU tune's report (the recorded H200 run, peaks computed as tune computes them) shows the share-of-peak
+    table: visible, one row per measured candidate, the winner's achieved TFLOP/s and % as results.json has them,
+    and the page no wider than the window."""
+    from infertune.tasks.embedding.report import write_report
+
+    res = inputs.tune_gpu_with_peaks()
+    html_path = write_report(res, tmp_path / "tune-gpu.html")
+    page = browser.new_page(viewport={"width": WIDTH, "height": 900})
+    page.goto(html_path.as_uri(), wait_until="load")
+    heading = page.locator("h2#peak")
+    assert heading.count() == 1 and heading.is_visible()
+    tbl = page.locator("h2#peak + table")
+    tbl.scroll_into_view_if_needed()
+    assert tbl.is_visible() and "% of peak" in tbl.locator("tr").first.inner_text()
+    measured = [r for r in res.candidates if r.peak is not None]
+    assert tbl.locator("tr:has(td)").count() == len(measured) >= 2
+    win = tbl.locator("tr.winner")
+    assert win.count() == 1 and win.is_visible()
+    text = " ".join(win.inner_text().split())
+    assert f"{res.winner.peak.linear_tflops:,.1f} TFLOP/s" in text and f"{res.winner.peak.fraction * 100:.1f}%" in text
+    assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH
+    raw = page.screenshot()
+    _small_png(raw, _shot_dir(tmp_path) / "tune-gpu-peak.png")
+    page.close()

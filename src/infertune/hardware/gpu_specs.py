@@ -1,5 +1,6 @@
 """Published GPU specs (data/gpus.toml: memory, bandwidth, tensor peaks), the one reader of that table, and lookup
-by a forgiving name ("h200", "RTX 3090", "a100-pcie", or what nvidia-smi prints). Read by plan and inspect."""
+by a forgiving name ("h200", "RTX 3090", "a100-pcie", or what nvidia-smi or torch prints). Read by plan, inspect and
+tune's share of the peak (tasks/embedding/peak.py)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from infertune.page import card, document, e, folded, no_winner_card, table
 from infertune.plots import fmt as _f
 from infertune.results import TuneResult
+from infertune.tasks.embedding.peak import UNIT, peak_line
 from infertune.tasks.embedding.plots import decision_p99, misses_slo, numbered, slo_limit, tune_plots
 from infertune.tuning.summary import print_search, search_lines
 
@@ -49,6 +50,8 @@ def print_summary(result: TuneResult) -> None:
         con.print(f"  {line}", highlight=False)
     for line in result.decision:
         con.print(line, highlight=False)
+    if result.winner is not None and (line := peak_line(result.winner)):
+        con.print(f"Winner's share of the GPU: {line}.", highlight=False)
     print_search(result, con)
     con.print(f"results: {result.out_dir}/results.json  report: {result.out_dir}/report.html", highlight=False)
     if result.next_command:
@@ -134,6 +137,35 @@ def _tables(result: TuneResult) -> str:
     return main + note + folded("More columns: stage, cost, median, pooled P99, max, top-10, memory, why tried", extra)
 
 
+def _peak_table(result: TuneResult) -> str:
+    """Each measured GPU candidate's achieved Linear TFLOP/s and its share of the GPU's dense peak for its precision
+    (tasks/embedding/peak.py); "" when no candidate has one (a CPU run)."""
+    win = result.winner.name if result.winner else None
+    rows, classes = [], []
+    for n, r in numbered(result):
+        p = r.peak
+        if p is None:
+            continue
+        unit = " " + UNIT.get(p.precision or "", "TFLOP/s")
+        rows.append([str(n), e(r.name), e(p.precision), _f(p.linear_tflops, "{:,.1f}" + unit),
+                     _f(p.peak_tflops, "{:,.1f}" + unit),
+                     _f(p.fraction * 100 if p.fraction is not None else None, "{:.1f}%"),
+                     _f(p.flops_per_token / 1e6 if p.flops_per_token else None, "{:,.1f}"),
+                     _f(p.tokens_per_s, "{:,.0f}"), e(p.note or "")])
+        classes.append("winner" if r.name == win else r.status)
+    if not rows:
+        return ""
+    gpu = next((r.peak.gpu or r.peak.gpu_reported for _, r in numbered(result) if r.peak), "")
+    head = ["#", "candidate", "precision", "Linear achieved", "GPU dense peak", "% of peak", "MFLOP/token",
+            "real tokens/s (best pass)", "note"]
+    note = ('<p class="note">Achieved = Linear-layer FLOPs per token (2 x the Linear weights, from config.json) x real '
+            "tokens/s of the candidate's best pass (padding not counted); the peak is the dense figure of "
+            f"{e(gpu)} for the candidate's precision (mixed: its quantized kind) from the GPU spec table. Attention "
+            "scores, norms and pooling are not counted, so the share is a floor.</p>")
+    left_note = [[""] * (len(head) - 1) + ["l"] for _ in rows]
+    return f'<h2 id="peak">Share of the GPU\'s peak</h2>{table(head, rows, classes, 3, left_note)}{note}'
+
+
 def _accuracy_sections(result: TuneResult) -> str:
     """Per length bucket (plot, then a table per candidate) and the user's task metrics, after the candidates."""
     from infertune.tasks.embedding.accuracy_report import bucket_svg, bucket_tables, task_table
@@ -158,6 +190,7 @@ def write_report(result: TuneResult, path: Path) -> Path:
 {_card(result)}
 <h2>Decision</h2><p>{'<br>'.join(e(x) for x in result.decision)}</p>
 <h2>Candidates</h2>{_tables(result)}
+{_peak_table(result)}
 {_accuracy_sections(result)}
 {sections}
 <h2>Search</h2><p>{'<br>'.join(e(x) for x in search_lines(result))}</p>

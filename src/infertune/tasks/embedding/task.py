@@ -28,6 +28,7 @@ class EmbeddingTask(Task):
         self.workload = load_workload(cfg.workload)  # first: a malformed file fails before anything heavy loads
         self.task_eval = TaskEval(cfg.eval_pairs, cfg.eval_fn, cfg.accuracy)
         self.ref_vectors = None
+        self.flops: tuple[float | None, str | None] | None = None  # Linear FLOPs per token, or why none (peak.py)
         self.warmed: set[str] = set()
         self.acc_idx: list[int] | None = None  # positions in the eval split that verification embeds
         self.result: TuneResult | None = None
@@ -267,7 +268,19 @@ class EmbeddingTask(Task):
         passes = [p for s in samples for p in s["passes"]]
         last = samples[-1]
         m = summarize(passes, last["peak_rss_mb"], last["peak_gpu_mb"])
-        return {"measurement": m, "items_per_s": m.items_per_s, "latency_ms": m.latency_ms}
+        return {"measurement": m, "items_per_s": m.items_per_s, "latency_ms": m.latency_ms,
+                "peak": self.peak(run.results[cand.id].model_copy(update={"measurement": m}))}
+
+    def peak(self, r: CandidateResult):
+        """A measured candidate's share of the GPU's dense peak (tasks/embedding/peak.py); None on a CPU."""
+        from infertune.tasks.embedding.peak import candidate_peak, linear_flops_per_token
+
+        if self.cfg.device != "cuda" or self.result is None:
+            return None
+        gpus = self.result.environment.gpu  # torch's view: tune runs on the first visible GPU
+        if self.flops is None:
+            self.flops = linear_flops_per_token(self.spec.path)
+        return candidate_peak(r, str(gpus[0].get("name") or "") if gpus else "an unnamed GPU", self.flops)
 
     # --- decision ------------------------------------------------------------------------------
     def speed(self, r: CandidateResult) -> float:

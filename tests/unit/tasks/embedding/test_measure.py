@@ -38,3 +38,13 @@ def test_slo_p99_falls_back_to_the_median_of_per_pass_p99_when_plans_differ():
     m = summarize([_pass(10, 1.0, [10.0, 50.0]), _pass(10, 1.0, [10.0, 20.0, 30.0]), _pass(10, 1.0, [90.0])])
     per = [np.percentile(x, 99) for x in ([10.0, 50.0], [10.0, 20.0, 30.0], [90.0])]
     assert m.slo_p99_ms == pytest.approx(np.median(per))
+
+
+def test_best_pass_real_tokens_per_s_comes_from_the_pass_items_per_s_is_read_from():
+    # the slowed pass ran more tokens per item (its batches ran longer texts): only the best pass counts
+    fast = {**_pass(250, 1.0, [10.0]), "tokens": 3000}
+    slow = {**_pass(250, 2.0, [20.0]), "tokens": 9000}
+    m = summarize([slow, fast])
+    assert m.items_per_s == pytest.approx(250 / 1.0)
+    assert m.tokens_per_s_best == pytest.approx(3000 / 1.0)  # real tokens of the fast pass over its wall
+    assert m.tokens_per_s == pytest.approx((3000 + 9000) / 3.0)  # all passes together, as before
