@@ -12,7 +12,7 @@ from pathlib import Path
 from infertune.config import TuneConfig
 from infertune.errors import InfertuneError
 from infertune.results import TuneResult
-from infertune.tuning import search
+from infertune.tuning import rounds, search
 from infertune.tuning.budget import Budget
 from infertune.tuning.decide import decide
 
@@ -207,11 +207,11 @@ def _search(run: search.Run, task, steps: list, result: TuneResult, out: Path) -
         _sync(run, result)
         write(result, out)
         if step == "reference":
-            search.stage(run, "reference", t, 1)  # its preparation and verification, on the accuracy subset
+            rounds.stage(run, "reference", t, 1)  # its preparation and verification, on the accuracy subset
             t = b.elapsed()
     for o in task.extra_options(run):
         search.try_option(run, o)
-    search.stage(run, "probe", t, len({o.candidate.id for _, o in steps}))
+    rounds.stage(run, "probe", t, len({o.candidate.id for _, o in steps}))
     _sync(run, result)
     write(result, out)
     # refine the fastest verified engines (the reference among them only if it is one of the fastest)
@@ -236,7 +236,7 @@ def _search(run: search.Run, task, steps: list, result: TuneResult, out: Path) -
             continue
         share = max(0.0, b.stage_left("refine")) / max(1, min(len(ok), search.REFINE_TOP) - i)
         live += task.refine(run, c, run.probes[c.id], share)
-    search.stage(run, "refine", t, len(live))
+    rounds.stage(run, "refine", t, len(live))
     bid = _baseline_id(run)
     base = [run.cands[bid]] if bid in run.probes and run.results[bid].status == "ok" else []
     live = base + [c for c in live if run.results[c.id].status == "ok" and c.id != bid]
@@ -245,17 +245,17 @@ def _search(run: search.Run, task, steps: list, result: TuneResult, out: Path) -
         n = max(1, run.cfg.rounds if not run.cfg.quick else min(run.cfg.rounds, 2))
         t = b.elapsed()
         bar_id = bar.add_task("measuring", total=len(live) * n)
-        done = search.rounds(run, live, n, "round", bar, bar_id)
+        done = rounds.rounds(run, live, n, "round", bar, bar_id)
         _summarize(run, live)
-        search.stage(run, "full", t, len(live))
+        rounds.stage(run, "full", t, len(live))
         _sync(run, result)
         leaders = _leaders(run, task, result, live)
         t = b.elapsed()
         if leaders and run.cfg.confirm_rounds:
             bar.update(bar_id, total=len(live) * done + len(leaders) * run.cfg.confirm_rounds)
-            search.rounds(run, leaders, run.cfg.confirm_rounds, "confirm", bar, bar_id)
+            rounds.rounds(run, leaders, run.cfg.confirm_rounds, "confirm", bar, bar_id)
             _summarize(run, leaders)
-        search.stage(run, "confirm", t, len(leaders))
+        rounds.stage(run, "confirm", t, len(leaders))
     _sync(run, result)
 
 

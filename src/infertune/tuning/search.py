@@ -28,7 +28,6 @@ PROBE_CALL_FLOOR_S = 60.0  # the least a probe call gets (a compile-on-first-sha
 # each there (cuda-graph/bf16 2.2 s to its drop), so the long one still starts with most of the probe share left.
 LONG_FIRST_RUN_S = 150.0
 RESERVE_SHARE = 0.10  # of the budget: the most kept for the owed steps (H200 MiniLM: the baseline cost 20-32 s)
-BASELINE_PASS_SHARE = 0.025  # of the budget: the most one timed call of the naive baseline takes (>= 3 s)
 STAGE_OF = {"probe": "probe", "verification": "verify", "batching search": "refine"}
 
 
@@ -50,7 +49,7 @@ def order(options: list[Option]) -> list[tuple[str, Option]]:
     value; the reference's own probe takes its place among them by its prior (on a GPU the fp32 reference
     trails every half-precision option, and two slow fp32 engines used 101 of a 180 s budget before fp16, bf16
     and compile were skipped for time). The naive baseline comes last: it cannot win, its time is reserved
-    (Run.reserve_s) and its timed calls are capped (BASELINE_PASS_SHARE)."""
+    (Run.reserve_s) and its timed calls are capped (rounds.BASELINE_PASS_SHARE)."""
     refs = [o for o in options if o.role == "reference"]
     pool = [("reference-probe", o) for o in refs] + [("option", o) for o in options if o.role == "candidate"]
     pool.sort(key=lambda step: -expected_value(step[1]))  # stable: equal values keep the task's order
@@ -313,59 +312,3 @@ def probe_reference(run: Run, o: Option) -> None:
     if pr.speed > run.best_probe[0]:
         run.best_probe = (pr.speed, c.id)
     run.console.print(f"  probe {c.id}: {pr.speed:.1f} {run.task.unit} (the reference)", highlight=False)
-
-
-def stage(run: Run, name: str, t0: float, n: int) -> None:
-    run.log["stages"].append({"stage": name, "started_s": round(t0, 1), "ended_s": round(run.budget.elapsed(), 1),
-                              "candidates": n})
-
-
-def rounds(run: Run, live: list, n: int, label: str, bar=None, task_id=None) -> int:
-    """Up to `n` interleaved rounds over `live`; stops early when the next round would overrun its share.
-    Returns the rounds done."""
-    done = 0
-    stage_name = "full" if label == "round" else "confirm"
-    for r in range(n):
-        ok = [c for c in live if run.results[c.id].status == "ok" and c.engine_id in run.workers]
-        cost = sum(_call_s(run, c) for c in ok)
-        left = run.budget.stage_left(stage_name)
-        if done >= 1 and left < cost:
-            break
-        # the first round always runs; when a full pass each does not fit, each pass is cut short (a
-        # time-capped pass over shuffled batches: every length still sampled, n stays honest)
-        cap = None if left >= cost else max(1.0, left / max(len(ok), 1))
-        for c in ok:
-            if bar is not None:
-                bar.update(task_id, description=f"{label} {r + 1}/{n} {c.id}")
-            mine = _baseline_cap(run, c, cap)
-            got = run.call(c, "measurement", lambda w, c=c, mine=mine: run.task.measure(w, c, mine), stage_name)
-            if got is not None:
-                run.samples.setdefault(c.id, []).append(got)
-                run.record(c, stage="full" if label == "round" else "confirm")
-            if bar is not None:
-                bar.advance(task_id)
-        done += 1
-    return done
-
-
-def _call_s(run: Run, c) -> float:
-    """Expected seconds of `c`'s next timed call: the task's estimate, or what its timed calls took so far where
-    that is more. On the H200 a Qwen3-Embedding shape's calls took 3-6x what items/s implied (tokenizer
-    processes, graph replays, the answer copies), and the confirmation overran its share by its first round."""
-    est = run.task.pass_s(run, c)
-    calls = len(run.samples.get(c.id, []))
-    if calls:
-        by = run.costs.get(c.id, {})
-        est = max(est, (by.get("full", 0.0) + by.get("confirm", 0.0)) / calls)
-    return _baseline_cap(run, c, est) or est
-
-
-def _baseline_cap(run: Run, c, cap: float | None) -> float | None:
-    """The naive baseline's timed calls are capped at BASELINE_PASS_SHARE of the budget (>= 3 s): it only
-    gives the ratio, and on long texts one of its passes took longer than a candidate's whole probe. A capped
-    pass runs shuffled batches, so every length is still sampled."""
-    o = run.options.get(c.id)
-    if o is None or o.role != "baseline":
-        return cap
-    most = max(3.0, BASELINE_PASS_SHARE * run.budget.total_s)
-    return most if cap is None else min(cap, most)
