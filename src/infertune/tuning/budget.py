@@ -25,3 +25,7 @@ class Budget:
     def stage_left(self, stage: str) -> float:
         """Seconds until `stage`'s share of the budget ends (negative when it is over)."""
         return self.shares[stage] * self.total_s - self.elapsed()
+
+    def tail_s(self) -> float:
+        """Seconds after the last stage's share: the artifact and the report."""
+        return (1.0 - max(self.shares.values())) * self.total_s

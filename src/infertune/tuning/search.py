@@ -88,6 +88,15 @@ class Run:
         by[stage] = by.get(stage, 0.0) + seconds
         self.results[c.id] = self.results[c.id].model_copy(update={"time_s": round(self.spent[c.id], 2)})
 
+    def recharge(self, c, seconds: float, was: str, now: str) -> None:
+        """Move `seconds` of `c`'s cost from stage `was` to stage `now` (its total stays)."""
+        by = self.costs.setdefault(c.id, {})
+        seconds = max(0.0, min(seconds, by.get(was, 0.0)))
+        if not seconds:
+            return
+        by[was] = by.get(was, 0.0) - seconds
+        by[now] = by.get(now, 0.0) + seconds
+
     def call(self, c, what: str, fn: Callable[[Worker], Any], stage: str | None = None) -> Any:
         """Run `fn(worker)` for candidate `c`, charging its time to `stage`; a failure fails the engine."""
         w = self.workers.get(c.engine_id)
@@ -125,6 +134,12 @@ class Run:
         need = sum((first if step == "baseline" else 0.0) + 2 * cap for step in self.owed.values())
         return min(need, RESERVE_SHARE * self.budget.total_s)
 
+    def first_run_cap(self, c) -> float:
+        """The most seconds a long first run (prepare, then the first probe's warm-up: a compile, a capture) may take:
+        what is left of the budget less what is kept (the owed steps, the artifact and report), not a stage share."""
+        kept = (self.reserve_s() if c.id not in self.owed else 0.0) + self.budget.tail_s()
+        return max(1.0, min(self.cfg.candidate_timeout_s, self.budget.left() - kept))
+
     def fail(self, c, why: str) -> None:
         self.console.print(f"  [red]failed[/] {c.id}: {why}", highlight=False)
         self.dead[c.engine_id] = ("failed", why)
@@ -147,9 +162,10 @@ class Run:
         return max(floor, min(self.cfg.candidate_timeout_s, self.budget.stage_left(stage) + floor))
 
     # --- one engine ----------------------------------------------------------------------------
-    def start(self, c) -> bool:
-        """Prepare `c`'s engine (shared by candidates that differ only in how they are batched). The
-        caller (try_option) has already checked that the engine is available here."""
+    def start(self, c, cap_s: float | None = None) -> bool:
+        """Prepare `c`'s engine (shared by candidates that differ only in how they are batched), within `cap_s`
+        when given (a long first run: first_run_cap). The caller (try_option) has already checked that the
+        engine is available here."""
         if c.engine_id in self.workers:
             sib = next((r for k, r in self.results.items() if self.cands[k].engine_id == c.engine_id
                         and r.status == "ok"), None)
@@ -164,7 +180,8 @@ class Run:
         t = time.monotonic()
         self.record(c, status="ok", stage="prepare")
         own = c.option("timeout_s") if hasattr(c, "option") else None  # a candidate's own timeout wins
-        w = self.task.worker(c, float(own) if own else self.timeout("probe", 60.0))
+        usual = float(own) if own else self.timeout("probe", 60.0)
+        w = self.task.worker(c, usual if own or cap_s is None else cap_s)
         try:
             info = w.ready()
         except WorkerFailed as e:
@@ -175,21 +192,30 @@ class Run:
             self.console.print(f"  [red]failed[/] {c.id}: {short(e)}", highlight=False)
             return False
         self.workers[c.engine_id] = w
+        if hasattr(w, "timeout_s"):
+            w.timeout_s = usual  # the cap was for the preparation; later calls get the usual timeout
         self.record(c, status="ok", prepare_s=round(info["prepare_s"], 2), executed=info["executed"],
                     **info.get("record", {}))
         self.charge(c, time.monotonic() - t, "prepare")
         return True
 
-    def probe(self, o: Option) -> Probe | None:
+    def probe(self, o: Option, limit_s: float | None = None) -> Probe | None:
+        """Probe `o` (its call bounded by `limit_s`, or by the probe share). The first probe's warm-up (Probe.warm_s:
+        where a compiled engine compiles) is charged to the candidate's "prepare" stage, not to "probe"; so is all
+        of a first probe with a long first run (probe_s) that failed or timed out in its compile."""
         c = o.candidate
-        cap = o.probe_s or self.probe_cap()
+        cap, first = o.probe_s or self.probe_cap(), c.id not in self.probes
+        before = self.costs.get(c.id, {}).get("probe", 0.0)
         # a probe may not outlive the probe stage's share of the budget by much: one batch of a big model on a
         # small CPU (Qwen3-0.6B, 2 cores) outlasted the old fixed 120 s and the run overran its budget by 13%
-        self.task.call_limit_s = max(PROBE_CALL_FLOOR_S, self.budget.stage_left("probe") + 15.0)
+        self.task.call_limit_s = limit_s or max(PROBE_CALL_FLOOR_S, self.budget.stage_left("probe") + 15.0)
         try:
             pr = self.call(c, "probe", lambda w: self.task.probe(w, c, cap))
         finally:
             self.task.call_limit_s = None
+        if first and c.id in self.results:
+            spent = self.costs.get(c.id, {}).get("probe", 0.0) - before
+            self.recharge(c, pr.warm_s if pr is not None else spent if o.probe_s else 0.0, "probe", "prepare")
         if pr is not None:
             self.probes[c.id] = pr
             self.record(c, stage="probe", probe={"speed": round(pr.speed, 3), "unit": self.task.unit,
@@ -224,17 +250,21 @@ def try_option(run: Run, o: Option) -> None:
         run.record(c, status="skipped", reason=why, why_tried=o.why)
         run.console.print(f"  [yellow]skip[/] {c.id}: {why}", highlight=False)
         return
-    if not run.start(c):
+    # a long first run is capped by the budget (what is left, less what is kept), not by the probe share
+    cap, t = (run.first_run_cap(c) if o.probe_s else None), time.monotonic()
+    if not run.start(c, cap):
         run.record(c, why_tried=o.why)
+        _capped(run, c, cap)
         return
     run.record(c, why_tried=o.why)
     if o.role == "reference":  # verified now (its outputs are what every candidate is checked against), probed later
         if not run.verify(c):
             raise InfertuneError(f"the reference {c.id} failed: {run.results[c.id].reason}")
         return
-    pr = run.probe(o)
+    pr = run.probe(o, None if cap is None else max(1.0, cap - (time.monotonic() - t)))
     run.owed.pop(c.id, None)
     if pr is None:
+        _capped(run, c, cap)
         return
     best, best_id = run.best_probe
     ratio = pr.speed / best if best else 1.0
@@ -289,6 +319,14 @@ def _no_time(run: Run, o: Option) -> str | None:
     return (f"time budget: {run.budget.total_s:.0f} s in all (--time-budget), {run.budget.elapsed():.0f} s used "
             "before this candidate could start"
             + (f", {reserve:.0f} s kept for the naive baseline" if reserve >= 1 else "") + first)
+
+
+def _capped(run: Run, c, cap: float | None) -> None:
+    """A long first run that timed out under its budget cap says so (it did not fail on its own)."""
+    r = run.results[c.id]
+    if cap is not None and r.status == "failed" and "timed out" in r.reason:
+        run.record(c, reason=f"{r.reason} (its first run was capped at {cap:.0f} s: what was left of the time "
+                             "budget, less what the owed steps and the report need)")
 
 
 def probe_reference(run: Run, o: Option) -> None:
