@@ -74,6 +74,8 @@ class Run:
         self.best_probe: tuple[float, str] = (0.0, "")
         self.costs: dict[str, dict[str, float]] = {}  # candidate -> stage -> seconds (results.json)
         self.owed: dict[str, str] = {}  # steps that must still run: candidate id -> "baseline" | "reference-probe"
+        self.deferred: list[tuple[str, Option]] = []  # steps skipped for time, as order() gives them (a late pass)
+        self.late = False  # in the late pass: an option is skipped for time only once the run has used 80%
 
     # --- records -------------------------------------------------------------------------------
     def record(self, c, **kw: Any) -> CandidateResult:
@@ -169,7 +171,7 @@ class Run:
         if c.engine_id in self.workers:
             sib = next((r for k, r in self.results.items() if self.cands[k].engine_id == c.engine_id
                         and r.status == "ok"), None)
-            self.record(c, status="ok", prepare_s=sib.prepare_s if sib else None,
+            self.record(c, status="ok", reason="", prepare_s=sib.prepare_s if sib else None,
                         executed=sib.executed if sib else {})
             return True
         if c.engine_id in self.dead:
@@ -178,7 +180,7 @@ class Run:
             return False
         self.console.print(f"  preparing {c.engine_id} ...", highlight=False)
         t = time.monotonic()
-        self.record(c, status="ok", stage="prepare")
+        self.record(c, status="ok", stage="prepare", reason="")  # a late try clears its skip
         own = c.option("timeout_s") if hasattr(c, "option") else None  # a candidate's own timeout wins
         usual = float(own) if own else self.timeout("probe", 60.0)
         w = self.task.worker(c, usual if own or cap_s is None else cap_s)
@@ -248,7 +250,7 @@ def try_option(run: Run, o: Option) -> None:
     # share, or it would eat the next stages' time for a probe that may not finish
     if o.role == "candidate" and (why := _no_time(run, o)):
         run.record(c, status="skipped", reason=why, why_tried=o.why)
-        run.console.print(f"  [yellow]skip[/] {c.id}: {why}", highlight=False)
+        defer(run, "option", o, why)
         return
     # a long first run is capped by the budget (what is left, less what is kept), not by the probe share
     cap, t = (run.first_run_cap(c) if o.probe_s else None), time.monotonic()
@@ -307,18 +309,21 @@ def _no_time(run: Run, o: Option) -> str | None:
     """Why `o` may not start now (what is left of the probe share, less what the owed steps need), or None.
     An option with a long first run (a compile, graph capture: its probe_s) needs half of it left, or it would
     eat the next stages' time for a probe that may not finish. The reference's own probe on a GPU needs its
-    capped warm-up and probe (3 probe caps: its probe took 22.6 s on the H200 where 8 s were left)."""
+    capped warm-up and probe (3 probe caps: its probe took 22.6 s on the H200 where 8 s were left). In the late
+    pass (shares re-cut from what was left) nothing is skipped before the run has used 80% of its budget."""
+    b = run.budget
     need = max(PROBE_MIN_S, (o.probe_s or 0.0) / 2)
     first = f" (its first run needs ~{o.probe_s:.0f} s)" if o.probe_s and need > PROBE_MIN_S else ""
     if o.role == "reference" and run.cfg.device != "cpu":
         need = max(need, 3 * run.probe_cap())
-        first = f" (its capped warm-up and probe need ~{need:.0f} s)"
+        first = " (its capped warm-up and probe)"
     reserve = run.reserve_s() if o.candidate.id not in run.owed else 0.0
-    if run.budget.stage_left("probe") - reserve >= need:
+    left = b.stage_left("probe") - reserve
+    if left >= need or (run.late and not b.may_skip()):
         return None
-    return (f"time budget: {run.budget.total_s:.0f} s in all (--time-budget), {run.budget.elapsed():.0f} s used "
-            "before this candidate could start"
-            + (f", {reserve:.0f} s kept for the naive baseline" if reserve >= 1 else "") + first)
+    return (f"time budget: {need:.0f} s needed to start{first}, {max(left, 0.0):.0f} s left for it "
+            f"({b.elapsed():.0f} of {b.total_s:.0f} s used, --time-budget"
+            + (f"; {reserve:.0f} s kept for the naive baseline" if reserve >= 1 else "") + ")")
 
 
 def _capped(run: Run, c, cap: float | None) -> None:
@@ -329,23 +334,41 @@ def _capped(run: Run, c, cap: float | None) -> None:
                              "budget, less what the owed steps and the report need)")
 
 
+def defer(run: Run, step: str, o: Option, why: str) -> None:
+    """`o` is skipped for time (`why`); the late pass tries it if the run leaves time unused (tuning.driver)."""
+    if all(d.candidate.id != o.candidate.id for _, d in run.deferred):
+        run.deferred.append((step, o))
+    run.console.print(f"  [yellow]skip[/] {o.candidate.id}: {why}", highlight=False)
+
+
+def skipped_for_time(run: Run) -> list[tuple[str, Option]]:
+    """The deferred steps whose candidate is still recorded as skipped for time."""
+    return [(step, o) for step, o in run.deferred if (r := run.results.get(o.candidate.id)) is not None
+            and r.status == "skipped" and "time budget" in r.reason]
+
+
 def probe_reference(run: Run, o: Option) -> None:
     """The reference's own probe, in its place by prior. On a CPU it always runs (its time is kept from the
     probe share): the lossless fp32 engine is often what meets the SLO when the faster ones do not. On a GPU it
     is skipped for time once a verified candidate probed faster: fp32 there trails every half-precision engine
     (H200, Qwen3-Embedding shape: 138 against 1,570 items/s) and its capped probe still cost 24 s of 180."""
     c = o.candidate
-    if run.results.get(c.id) is None or run.results[c.id].status != "ok":
+    r = run.results.get(c.id)
+    if r is None or r.status != "ok" and not (run.late and "time budget" in r.reason):
         return
     if c.id not in run.owed and run.best_probe[0] > 0 and (why := _no_time(run, o)):
         why = f"probe skipped ({why}); its outputs verified the candidates"
         run.record(c, status="skipped", reason=why)
         run.release(c)
-        run.console.print(f"  [yellow]skip[/] {c.id}: {why}", highlight=False)
+        defer(run, "reference-probe", o, why)
+        return
+    if c.engine_id not in run.workers and not run.start(c):  # late: its worker went when its probe was put off
         return
     pr = run.probe(o)
     run.owed.pop(c.id, None)
     if pr is None:
+        if run.late:  # its outputs verified the candidates already: the run goes on without its figure
+            return
         raise InfertuneError(f"the reference {c.id} failed: {run.results[c.id].reason}")
     if pr.speed > run.best_probe[0]:
         run.best_probe = (pr.speed, c.id)
