@@ -1,6 +1,7 @@
 """The run's time budget, cut into stage shares. Every stage asks how much is left of its share and
 scales itself (rounds, probe caps, how many options it starts); the shares are cumulative fractions of
-the budget, so a stage that finishes early leaves its time to the next."""
+the budget, so a stage that finishes early leaves its time to the next. A late pass (options skipped for
+time, tried when the stages left time unused: tuning.driver) re-cuts the shares from what is actually left."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ import time
 
 # cumulative share of the budget at which each stage must end
 SHARES = {"probe": 0.55, "refine": 0.68, "full": 0.82, "confirm": 0.93}
+# a run may skip an option for time only once it has used this much of its budget (tuning.driver's late pass)
+USED_BEFORE_SKIP = 0.8
 
 
 class Budget:
     def __init__(self, total_s: float, start: float | None = None, shares: dict[str, float] | None = None):
         self.total_s = float(total_s)
         self.start = time.monotonic() if start is None else start
-        self.shares = shares or SHARES
+        self.shares = dict(shares or SHARES)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start
@@ -25,3 +28,22 @@ class Budget:
     def stage_left(self, stage: str) -> float:
         """Seconds until `stage`'s share of the budget ends (negative when it is over)."""
         return self.shares[stage] * self.total_s - self.elapsed()
+
+    def tail_s(self) -> float:
+        """Seconds after the last stage's share: the artifact and the report."""
+        return (1.0 - max(self.shares.values())) * self.total_s
+
+    def may_skip(self) -> bool:
+        """Whether an option may still be skipped for time: the run has used USED_BEFORE_SKIP of its budget."""
+        return self.elapsed() >= USED_BEFORE_SKIP * self.total_s
+
+    def recut(self) -> None:
+        """Re-cut every stage's share from now to the end of the last one, in the stages' own proportions (a
+        late pass runs the stages again on what the first pass left)."""
+        names = sorted(self.shares, key=self.shares.__getitem__)
+        now, end = self.elapsed() / self.total_s, self.shares[names[-1]]
+        if now >= end:
+            self.shares = {k: now for k in names}
+            return
+        scale = (end - now) / end
+        self.shares = {k: now + self.shares[k] * scale for k in names}

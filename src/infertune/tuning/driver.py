@@ -12,7 +12,7 @@ from pathlib import Path
 from infertune.config import TuneConfig
 from infertune.errors import InfertuneError
 from infertune.results import TuneResult
-from infertune.tuning import search
+from infertune.tuning import rounds, search
 from infertune.tuning.budget import Budget
 from infertune.tuning.decide import decide
 
@@ -195,8 +195,35 @@ def _sync(run: search.Run, result: TuneResult) -> None:
 
 
 def _search(run: search.Run, task, steps: list, result: TuneResult, out: Path) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    """The stages (the reference, probes, refinement, full rounds, confirmation), then the late pass."""
+    _probe_stage(run, task, steps, result, out)
+    leaders = _measure_stages(run, task, result, _verified(run), [])
+    _late_pass(run, task, result, out, leaders)
 
+
+def _late_pass(run: search.Run, task, result: TuneResult, out: Path, leaders: list) -> None:
+    """Options skipped for time get their turn when the stages left time unused: the shares are re-cut from what is
+    left, they are probed, and the survivors measured in rounds interleaved with the leaders so far. In it an option
+    is skipped for time only once the run has used 80% of its budget (docs/architecture.md, "Time budget"); should
+    one still be skipped for time with less used, they are tried again (each option at most once more)."""
+    b, tried = run.budget, set()
+    while todo := [(step, o) for step, o in search.skipped_for_time(run) if o.candidate.id not in tried]:
+        if tried and b.may_skip():  # after the first late pass: only while the run would end with time unused
+            break
+        tried |= {o.candidate.id for _, o in todo}
+        run.console.print(f"  late pass: {len(todo)} skipped for time, {b.left():.0f} s of the budget left",
+                          highlight=False)
+        b.recut()
+        run.late = True
+        _probe_stage(run, task, todo, result, out, late=True)
+        late = _verified(run, {o.candidate.id for _, o in todo})
+        if late:
+            bid = _baseline_id(run)
+            measured = [c for c in leaders if c.id != bid and c.id in run.probes and run.results[c.id].status == "ok"]
+            leaders = _measure_stages(run, task, result, late, measured, late=True)
+
+
+def _probe_stage(run: search.Run, task, steps: list, result: TuneResult, out: Path, late: bool = False) -> None:
     b = run.budget
     t = b.elapsed()
     for step, o in steps:
@@ -207,22 +234,35 @@ def _search(run: search.Run, task, steps: list, result: TuneResult, out: Path) -
         _sync(run, result)
         write(result, out)
         if step == "reference":
-            search.stage(run, "reference", t, 1)  # its preparation and verification, on the accuracy subset
+            rounds.stage(run, "reference", t, 1)  # its preparation and verification, on the accuracy subset
             t = b.elapsed()
-    for o in task.extra_options(run):
-        search.try_option(run, o)
-    search.stage(run, "probe", t, len({o.candidate.id for _, o in steps}))
+    if not late:
+        for o in task.extra_options(run):
+            search.try_option(run, o)
+    rounds.stage(run, "late probe" if late else "probe", t, len({o.candidate.id for _, o in steps}))
     _sync(run, result)
     write(result, out)
-    # refine the fastest verified engines (the reference among them only if it is one of the fastest)
-    t = b.elapsed()
+
+
+def _verified(run: search.Run, ids: set[str] | None = None) -> list:
+    """The verified, probed candidates that may go on (not the baseline), fastest probe first; of `ids` if given."""
     bid = _baseline_id(run)
     ok = [run.cands[k] for k, r in run.results.items() if r.status == "ok" and k in run.probes
-          and run.options.get(k) is not None and k != bid and r.meets_accuracy is not False]
-    ok.sort(key=lambda c: -run.probes[c.id].speed)
-    top = run.probes[ok[0].id].speed if ok else 0.0
-    live = []
-    for i, c in enumerate(ok):
+          and run.options.get(k) is not None and k != bid and r.meets_accuracy is not False
+          and (ids is None or k in ids)]
+    return sorted(ok, key=lambda c: -run.probes[c.id].speed)
+
+
+def _refine(run: search.Run, task, ok: list, measured: list) -> list:
+    """Refine the fastest verified engines of `ok` (the reference among them only if it is one of the fastest);
+    `measured` (the leaders, in a late pass) count in the ranking but are not refined again."""
+    done = {c.id for c in measured}
+    ranked = sorted(ok + measured, key=lambda c: -run.probes[c.id].speed)
+    top = run.probes[ranked[0].id].speed if ranked else 0.0
+    todo = []
+    for i, c in enumerate(ranked):
+        if c.id in done:
+            continue
         # on a GPU an engine under --drop-below of the fastest verified probe is not refined: probed before the
         # fastest existed, it escaped the drop (the H200's fp32 reference at 0.09x took 14 s of a 23 s refine
         # share). On a shared CPU box one probe can be halved by a neighbour, and fp32 is often the fallback.
@@ -234,29 +274,44 @@ def _search(run: search.Run, task, steps: list, result: TuneResult, out: Path) -
             run.record(c, status="rejected", reason=why, dropped=why)
             run.release(c)
             continue
-        share = max(0.0, b.stage_left("refine")) / max(1, min(len(ok), search.REFINE_TOP) - i)
+        todo.append(c)
+    live = []
+    for j, c in enumerate(todo):
+        share = max(0.0, run.budget.stage_left("refine")) / (len(todo) - j)
         live += task.refine(run, c, run.probes[c.id], share)
-    search.stage(run, "refine", t, len(live))
+    return live
+
+
+def _measure_stages(run: search.Run, task, result: TuneResult, ok: list, measured: list, late: bool = False) -> list:
+    """Refine `ok`, measure them in full rounds interleaved with the baseline and `measured`, then the leaders'
+    confirmation passes. Returns the leaders."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    b, pre = run.budget, "late " if late else ""
+    t = b.elapsed()
+    live = _refine(run, task, ok, measured)
+    rounds.stage(run, pre + "refine", t, len(live))
     bid = _baseline_id(run)
     base = [run.cands[bid]] if bid in run.probes and run.results[bid].status == "ok" else []
-    live = base + [c for c in live if run.results[c.id].status == "ok" and c.id != bid]
+    live = base + [c for c in measured + live if run.results[c.id].status == "ok" and c.id != bid]
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=run.console, transient=True, disable=run.console.quiet) as bar:
         n = max(1, run.cfg.rounds if not run.cfg.quick else min(run.cfg.rounds, 2))
         t = b.elapsed()
         bar_id = bar.add_task("measuring", total=len(live) * n)
-        done = search.rounds(run, live, n, "round", bar, bar_id)
+        done = rounds.rounds(run, live, n, "round", bar, bar_id)
         _summarize(run, live)
-        search.stage(run, "full", t, len(live))
+        rounds.stage(run, pre + "full", t, len(live))
         _sync(run, result)
         leaders = _leaders(run, task, result, live)
         t = b.elapsed()
         if leaders and run.cfg.confirm_rounds:
             bar.update(bar_id, total=len(live) * done + len(leaders) * run.cfg.confirm_rounds)
-            search.rounds(run, leaders, run.cfg.confirm_rounds, "confirm", bar, bar_id)
+            rounds.rounds(run, leaders, run.cfg.confirm_rounds, "confirm", bar, bar_id)
             _summarize(run, leaders)
-        search.stage(run, "confirm", t, len(leaders))
+        rounds.stage(run, pre + "confirm", t, len(leaders))
     _sync(run, result)
+    return leaders
 
 
 def _summarize(run: search.Run, live: list) -> None:

@@ -28,7 +28,6 @@ PROBE_CALL_FLOOR_S = 60.0  # the least a probe call gets (a compile-on-first-sha
 # each there (cuda-graph/bf16 2.2 s to its drop), so the long one still starts with most of the probe share left.
 LONG_FIRST_RUN_S = 150.0
 RESERVE_SHARE = 0.10  # of the budget: the most kept for the owed steps (H200 MiniLM: the baseline cost 20-32 s)
-BASELINE_PASS_SHARE = 0.025  # of the budget: the most one timed call of the naive baseline takes (>= 3 s)
 STAGE_OF = {"probe": "probe", "verification": "verify", "batching search": "refine"}
 
 
@@ -50,7 +49,7 @@ def order(options: list[Option]) -> list[tuple[str, Option]]:
     value; the reference's own probe takes its place among them by its prior (on a GPU the fp32 reference
     trails every half-precision option, and two slow fp32 engines used 101 of a 180 s budget before fp16, bf16
     and compile were skipped for time). The naive baseline comes last: it cannot win, its time is reserved
-    (Run.reserve_s) and its timed calls are capped (BASELINE_PASS_SHARE)."""
+    (Run.reserve_s) and its timed calls are capped (rounds.BASELINE_PASS_SHARE)."""
     refs = [o for o in options if o.role == "reference"]
     pool = [("reference-probe", o) for o in refs] + [("option", o) for o in options if o.role == "candidate"]
     pool.sort(key=lambda step: -expected_value(step[1]))  # stable: equal values keep the task's order
@@ -75,6 +74,8 @@ class Run:
         self.best_probe: tuple[float, str] = (0.0, "")
         self.costs: dict[str, dict[str, float]] = {}  # candidate -> stage -> seconds (results.json)
         self.owed: dict[str, str] = {}  # steps that must still run: candidate id -> "baseline" | "reference-probe"
+        self.deferred: list[tuple[str, Option]] = []  # steps skipped for time, as order() gives them (a late pass)
+        self.late = False  # in the late pass: an option is skipped for time only once the run has used 80%
 
     # --- records -------------------------------------------------------------------------------
     def record(self, c, **kw: Any) -> CandidateResult:
@@ -88,6 +89,15 @@ class Run:
         by = self.costs.setdefault(c.id, {})
         by[stage] = by.get(stage, 0.0) + seconds
         self.results[c.id] = self.results[c.id].model_copy(update={"time_s": round(self.spent[c.id], 2)})
+
+    def recharge(self, c, seconds: float, was: str, now: str) -> None:
+        """Move `seconds` of `c`'s cost from stage `was` to stage `now` (its total stays)."""
+        by = self.costs.setdefault(c.id, {})
+        seconds = max(0.0, min(seconds, by.get(was, 0.0)))
+        if not seconds:
+            return
+        by[was] = by.get(was, 0.0) - seconds
+        by[now] = by.get(now, 0.0) + seconds
 
     def call(self, c, what: str, fn: Callable[[Worker], Any], stage: str | None = None) -> Any:
         """Run `fn(worker)` for candidate `c`, charging its time to `stage`; a failure fails the engine."""
@@ -126,6 +136,12 @@ class Run:
         need = sum((first if step == "baseline" else 0.0) + 2 * cap for step in self.owed.values())
         return min(need, RESERVE_SHARE * self.budget.total_s)
 
+    def first_run_cap(self, c) -> float:
+        """The most seconds a long first run (prepare, then the first probe's warm-up: a compile, a capture) may take:
+        what is left of the budget less what is kept (the owed steps, the artifact and report), not a stage share."""
+        kept = (self.reserve_s() if c.id not in self.owed else 0.0) + self.budget.tail_s()
+        return max(1.0, min(self.cfg.candidate_timeout_s, self.budget.left() - kept))
+
     def fail(self, c, why: str) -> None:
         self.console.print(f"  [red]failed[/] {c.id}: {why}", highlight=False)
         self.dead[c.engine_id] = ("failed", why)
@@ -148,13 +164,14 @@ class Run:
         return max(floor, min(self.cfg.candidate_timeout_s, self.budget.stage_left(stage) + floor))
 
     # --- one engine ----------------------------------------------------------------------------
-    def start(self, c) -> bool:
-        """Prepare `c`'s engine (shared by candidates that differ only in how they are batched). The
-        caller (try_option) has already checked that the engine is available here."""
+    def start(self, c, cap_s: float | None = None) -> bool:
+        """Prepare `c`'s engine (shared by candidates that differ only in how they are batched), within `cap_s`
+        when given (a long first run: first_run_cap). The caller (try_option) has already checked that the
+        engine is available here."""
         if c.engine_id in self.workers:
             sib = next((r for k, r in self.results.items() if self.cands[k].engine_id == c.engine_id
                         and r.status == "ok"), None)
-            self.record(c, status="ok", prepare_s=sib.prepare_s if sib else None,
+            self.record(c, status="ok", reason="", prepare_s=sib.prepare_s if sib else None,
                         executed=sib.executed if sib else {}, compile=sib.compile if sib else {})
             return True
         if c.engine_id in self.dead:
@@ -163,9 +180,10 @@ class Run:
             return False
         self.console.print(f"  preparing {c.engine_id} ...", highlight=False)
         t = time.monotonic()
-        self.record(c, status="ok", stage="prepare")
+        self.record(c, status="ok", stage="prepare", reason="")  # a late try clears its skip
         own = c.option("timeout_s") if hasattr(c, "option") else None  # a candidate's own timeout wins
-        w = self.task.worker(c, float(own) if own else self.timeout("probe", 60.0))
+        usual = float(own) if own else self.timeout("probe", 60.0)
+        w = self.task.worker(c, usual if own or cap_s is None else cap_s)
         try:
             info = w.ready()
         except WorkerFailed as e:
@@ -176,21 +194,30 @@ class Run:
             self.console.print(f"  [red]failed[/] {c.id}: {short(e)}", highlight=False)
             return False
         self.workers[c.engine_id] = w
+        if hasattr(w, "timeout_s"):
+            w.timeout_s = usual  # the cap was for the preparation; later calls get the usual timeout
         self.record(c, status="ok", prepare_s=round(info["prepare_s"], 2), executed=info["executed"],
                     **info.get("record", {}))
         self.charge(c, time.monotonic() - t, "prepare")
         return True
 
-    def probe(self, o: Option) -> Probe | None:
+    def probe(self, o: Option, limit_s: float | None = None) -> Probe | None:
+        """Probe `o` (its call bounded by `limit_s`, or by the probe share). The first probe's warm-up (Probe.warm_s:
+        where a compiled engine compiles) is charged to the candidate's "prepare" stage, not to "probe"; so is all
+        of a first probe with a long first run (probe_s) that failed or timed out in its compile."""
         c = o.candidate
-        cap = o.probe_s or self.probe_cap()
+        cap, first = o.probe_s or self.probe_cap(), c.id not in self.probes
+        before = self.costs.get(c.id, {}).get("probe", 0.0)
         # a probe may not outlive the probe stage's share of the budget by much: one batch of a big model on a
         # small CPU (Qwen3-0.6B, 2 cores) outlasted the old fixed 120 s and the run overran its budget by 13%
-        self.task.call_limit_s = max(PROBE_CALL_FLOOR_S, self.budget.stage_left("probe") + 15.0)
+        self.task.call_limit_s = limit_s or max(PROBE_CALL_FLOOR_S, self.budget.stage_left("probe") + 15.0)
         try:
             pr = self.call(c, "probe", lambda w: self.task.probe(w, c, cap))
         finally:
             self.task.call_limit_s = None
+        if first and c.id in self.results:
+            spent = self.costs.get(c.id, {}).get("probe", 0.0) - before
+            self.recharge(c, pr.warm_s if pr is not None else spent if o.probe_s else 0.0, "probe", "prepare")
         if pr is not None:
             self.probes[c.id] = pr
             self.record(c, stage="probe", probe={"speed": round(pr.speed, 3), "unit": self.task.unit,
@@ -223,19 +250,23 @@ def try_option(run: Run, o: Option) -> None:
     # share, or it would eat the next stages' time for a probe that may not finish
     if o.role == "candidate" and (why := _no_time(run, o)):
         run.record(c, status="skipped", reason=why, why_tried=o.why)
-        run.console.print(f"  [yellow]skip[/] {c.id}: {why}", highlight=False)
+        defer(run, "option", o, why)
         return
-    if not run.start(c):
+    # a long first run is capped by the budget (what is left, less what is kept), not by the probe share
+    cap, t = (run.first_run_cap(c) if o.probe_s else None), time.monotonic()
+    if not run.start(c, cap):
         run.record(c, why_tried=o.why)
+        _capped(run, c, cap)
         return
     run.record(c, why_tried=o.why)
     if o.role == "reference":  # verified now (its outputs are what every candidate is checked against), probed later
         if not run.verify(c):
             raise InfertuneError(f"the reference {c.id} failed: {run.results[c.id].reason}")
         return
-    pr = run.probe(o)
+    pr = run.probe(o, None if cap is None else max(1.0, cap - (time.monotonic() - t)))
     run.owed.pop(c.id, None)
     if pr is None:
+        _capped(run, c, cap)
         return
     best, best_id = run.best_probe
     ratio = pr.speed / best if best else 1.0
@@ -278,18 +309,42 @@ def _no_time(run: Run, o: Option) -> str | None:
     """Why `o` may not start now (what is left of the probe share, less what the owed steps need), or None.
     An option with a long first run (a compile, graph capture: its probe_s) needs half of it left, or it would
     eat the next stages' time for a probe that may not finish. The reference's own probe on a GPU needs its
-    capped warm-up and probe (3 probe caps: its probe took 22.6 s on the H200 where 8 s were left)."""
+    capped warm-up and probe (3 probe caps: its probe took 22.6 s on the H200 where 8 s were left). In the late
+    pass (shares re-cut from what was left) nothing is skipped before the run has used 80% of its budget."""
+    b = run.budget
     need = max(PROBE_MIN_S, (o.probe_s or 0.0) / 2)
     first = f" (its first run needs ~{o.probe_s:.0f} s)" if o.probe_s and need > PROBE_MIN_S else ""
     if o.role == "reference" and run.cfg.device != "cpu":
         need = max(need, 3 * run.probe_cap())
-        first = f" (its capped warm-up and probe need ~{need:.0f} s)"
+        first = " (its capped warm-up and probe)"
     reserve = run.reserve_s() if o.candidate.id not in run.owed else 0.0
-    if run.budget.stage_left("probe") - reserve >= need:
+    left = b.stage_left("probe") - reserve
+    if left >= need or (run.late and not b.may_skip()):
         return None
-    return (f"time budget: {run.budget.total_s:.0f} s in all (--time-budget), {run.budget.elapsed():.0f} s used "
-            "before this candidate could start"
-            + (f", {reserve:.0f} s kept for the naive baseline" if reserve >= 1 else "") + first)
+    return (f"time budget: {need:.0f} s needed to start{first}, {max(left, 0.0):.0f} s left for it "
+            f"({b.elapsed():.0f} of {b.total_s:.0f} s used, --time-budget"
+            + (f"; {reserve:.0f} s kept for the naive baseline" if reserve >= 1 else "") + ")")
+
+
+def _capped(run: Run, c, cap: float | None) -> None:
+    """A long first run that timed out under its budget cap says so (it did not fail on its own)."""
+    r = run.results[c.id]
+    if cap is not None and r.status == "failed" and "timed out" in r.reason:
+        run.record(c, reason=f"{r.reason} (its first run was capped at {cap:.0f} s: what was left of the time "
+                             "budget, less what the owed steps and the report need)")
+
+
+def defer(run: Run, step: str, o: Option, why: str) -> None:
+    """`o` is skipped for time (`why`); the late pass tries it if the run leaves time unused (tuning.driver)."""
+    if all(d.candidate.id != o.candidate.id for _, d in run.deferred):
+        run.deferred.append((step, o))
+    run.console.print(f"  [yellow]skip[/] {o.candidate.id}: {why}", highlight=False)
+
+
+def skipped_for_time(run: Run) -> list[tuple[str, Option]]:
+    """The deferred steps whose candidate is still recorded as skipped for time."""
+    return [(step, o) for step, o in run.deferred if (r := run.results.get(o.candidate.id)) is not None
+            and r.status == "skipped" and "time budget" in r.reason]
 
 
 def probe_reference(run: Run, o: Option) -> None:
@@ -298,74 +353,23 @@ def probe_reference(run: Run, o: Option) -> None:
     is skipped for time once a verified candidate probed faster: fp32 there trails every half-precision engine
     (H200, Qwen3-Embedding shape: 138 against 1,570 items/s) and its capped probe still cost 24 s of 180."""
     c = o.candidate
-    if run.results.get(c.id) is None or run.results[c.id].status != "ok":
+    r = run.results.get(c.id)
+    if r is None or r.status != "ok" and not (run.late and "time budget" in r.reason):
         return
     if c.id not in run.owed and run.best_probe[0] > 0 and (why := _no_time(run, o)):
         why = f"probe skipped ({why}); its outputs verified the candidates"
         run.record(c, status="skipped", reason=why)
         run.release(c)
-        run.console.print(f"  [yellow]skip[/] {c.id}: {why}", highlight=False)
+        defer(run, "reference-probe", o, why)
+        return
+    if c.engine_id not in run.workers and not run.start(c):  # late: its worker went when its probe was put off
         return
     pr = run.probe(o)
     run.owed.pop(c.id, None)
     if pr is None:
+        if run.late:  # its outputs verified the candidates already: the run goes on without its figure
+            return
         raise InfertuneError(f"the reference {c.id} failed: {run.results[c.id].reason}")
     if pr.speed > run.best_probe[0]:
         run.best_probe = (pr.speed, c.id)
     run.console.print(f"  probe {c.id}: {pr.speed:.1f} {run.task.unit} (the reference)", highlight=False)
-
-
-def stage(run: Run, name: str, t0: float, n: int) -> None:
-    run.log["stages"].append({"stage": name, "started_s": round(t0, 1), "ended_s": round(run.budget.elapsed(), 1),
-                              "candidates": n})
-
-
-def rounds(run: Run, live: list, n: int, label: str, bar=None, task_id=None) -> int:
-    """Up to `n` interleaved rounds over `live`; stops early when the next round would overrun its share.
-    Returns the rounds done."""
-    done = 0
-    stage_name = "full" if label == "round" else "confirm"
-    for r in range(n):
-        ok = [c for c in live if run.results[c.id].status == "ok" and c.engine_id in run.workers]
-        cost = sum(_call_s(run, c) for c in ok)
-        left = run.budget.stage_left(stage_name)
-        if done >= 1 and left < cost:
-            break
-        # the first round always runs; when a full pass each does not fit, each pass is cut short (a
-        # time-capped pass over shuffled batches: every length still sampled, n stays honest)
-        cap = None if left >= cost else max(1.0, left / max(len(ok), 1))
-        for c in ok:
-            if bar is not None:
-                bar.update(task_id, description=f"{label} {r + 1}/{n} {c.id}")
-            mine = _baseline_cap(run, c, cap)
-            got = run.call(c, "measurement", lambda w, c=c, mine=mine: run.task.measure(w, c, mine), stage_name)
-            if got is not None:
-                run.samples.setdefault(c.id, []).append(got)
-                run.record(c, stage="full" if label == "round" else "confirm")
-            if bar is not None:
-                bar.advance(task_id)
-        done += 1
-    return done
-
-
-def _call_s(run: Run, c) -> float:
-    """Expected seconds of `c`'s next timed call: the task's estimate, or what its timed calls took so far where
-    that is more. On the H200 a Qwen3-Embedding shape's calls took 3-6x what items/s implied (tokenizer
-    processes, graph replays, the answer copies), and the confirmation overran its share by its first round."""
-    est = run.task.pass_s(run, c)
-    calls = len(run.samples.get(c.id, []))
-    if calls:
-        by = run.costs.get(c.id, {})
-        est = max(est, (by.get("full", 0.0) + by.get("confirm", 0.0)) / calls)
-    return _baseline_cap(run, c, est) or est
-
-
-def _baseline_cap(run: Run, c, cap: float | None) -> float | None:
-    """The naive baseline's timed calls are capped at BASELINE_PASS_SHARE of the budget (>= 3 s): it only
-    gives the ratio, and on long texts one of its passes took longer than a candidate's whole probe. A capped
-    pass runs shuffled batches, so every length is still sampled."""
-    o = run.options.get(c.id)
-    if o is None or o.role != "baseline":
-        return cap
-    most = max(3.0, BASELINE_PASS_SHARE * run.budget.total_s)
-    return most if cap is None else min(cap, most)

@@ -28,11 +28,14 @@ class Option:
 
 @dataclass
 class Probe:
-    """A short measurement: `speed` in the task's unit, and whatever the task needs to refine it."""
+    """A short measurement: `speed` in the task's unit, and whatever the task needs to refine it. `warm_s`: the
+    seconds of the call's warm-up (where a compiled engine compiles, a graph engine captures), which the search
+    charges to the candidate's "prepare" stage on its first probe."""
 
     speed: float
     p99_ms: float | None = None
     detail: dict[str, Any] = field(default_factory=dict)
+    warm_s: float = 0.0
 
 
 class Task:

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from infertune.config import Candidate
 from infertune.hardware import GPU, Capabilities, needs
 from infertune.hardware.capabilities import read_cpu
-from infertune.tuning import search
+from infertune.tuning import rounds, search
 from infertune.tuning.budget import Budget
 from infertune.tuning.task import Option, Probe, Task
 
@@ -105,12 +105,12 @@ def test_the_baselines_timed_calls_are_capped_at_its_share():
     base, other = Candidate(backend="st-naive"), Candidate(backend="torch-eager", precision="fp16")
     run.options[base.id] = Option(base, "baseline", role="baseline")
     run.options[other.id] = Option(other, "fp16", 4.0)
-    assert search._baseline_cap(run, base, None) == search.BASELINE_PASS_SHARE * 180.0
-    assert search._baseline_cap(run, base, 1.5) == 1.5
-    assert search._baseline_cap(run, other, None) is None
+    assert rounds._baseline_cap(run, base, None) == rounds.BASELINE_PASS_SHARE * 180.0
+    assert rounds._baseline_cap(run, base, 1.5) == 1.5
+    assert rounds._baseline_cap(run, other, None) is None
     short = _run(40.0, 0.0)
     short.options = run.options
-    assert search._baseline_cap(short, base, None) == 3.0  # never less than 3 s
+    assert rounds._baseline_cap(short, base, None) == 3.0  # never less than 3 s
 
 
 def test_stage_costs_add_up_per_candidate_and_fold_the_variants_in():
@@ -132,10 +132,10 @@ def test_a_rounds_cost_is_what_its_calls_took_when_that_is_more_than_the_estimat
     run.options[c.id] = Option(c, "bf16", 3.9)
     run.record(c, status="ok")
     run.task.pass_s = lambda run, c: 1.5  # items/s says 1.5 s
-    assert search._call_s(run, c) == 1.5
+    assert rounds._call_s(run, c) == 1.5
     run.samples[c.id] = [{}, {}]
     run.charge(c, 8.8, "full")  # two calls took 4.4 s each
-    assert search._call_s(run, c) == 4.4
+    assert rounds._call_s(run, c) == 4.4
 
 
 def test_on_a_gpu_the_references_probe_is_skipped_for_time_once_a_candidate_probed_and_says_why():
@@ -146,7 +146,7 @@ def test_on_a_gpu_the_references_probe_is_skipped_for_time_once_a_candidate_prob
     run.best_probe = (1500.0, "torch-eager/bf16")
     search.probe_reference(run, ref)
     r = run.results[ref.candidate.id]
-    assert r.status == "skipped" and "probe skipped" in r.reason and "~18 s" in r.reason
+    assert r.status == "skipped" and "probe skipped" in r.reason and "18 s needed to start" in r.reason
     # on a CPU (or where it is owed) it runs whatever the time
     cpu = _run(180.0, 0.55 * 180.0 - 10.0, device="cpu")
     cpu.options[ref.candidate.id] = ref

@@ -117,7 +117,7 @@ class CausalLMTask(Task):
         self.warm_s[cand.id] = max(0.0, warm - self.call_s[cand.id])
         step = statistics.median(got["tpot"]["1"])
         return Probe(speed=1000 / step, detail={"tpot_ms": round(step, 3), "ttft_ms": round(
-            next(iter(got["ttft"].values()))[0], 2)})
+            next(iter(got["ttft"].values()))[0], 2)}, warm_s=warm)
 
     def verify(self, worker, cand) -> tuple[Accuracy, bool, str]:
         from infertune.llm.verify import accuracy, within_budget

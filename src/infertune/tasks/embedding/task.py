@@ -4,6 +4,7 @@ survivor's token budget against the SLO, measure passes, save the artifact."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -144,14 +145,16 @@ class EmbeddingTask(Task):
 
         from infertune.tasks.embedding.measure import wait_share
 
+        t, first = time.monotonic(), cand.id not in self.warmed
         p = self._timed(worker, cand, cap_s)
+        warm_s = max(0.0, time.monotonic() - t - p["wall_s"]) if first else 0.0  # its warm-up: a compile, a capture
         speed = p["items"] / p["wall_s"]
         p99 = float(np.percentile(p["latency_ms"], 99))
         self.pairs.setdefault(cand.engine_id, []).extend(zip(p["padded_per_batch"], p["latency_ms"], strict=True))
         detail = {"items": p["items"], "batches": p["batches"], "batching": cand.batching.id, "complete": p["complete"]}
         if (share := wait_share([p])) is not None:  # an overlapped GPU pass: what its main thread waited for
             detail["wait_share"] = share
-        return Probe(speed=speed, p99_ms=p99, detail=detail)
+        return Probe(speed=speed, p99_ms=p99, detail=detail, warm_s=warm_s)
 
     def run_peers(self, result: TuneResult, out: Path) -> list:
         """tune --peers: our artifact under `infertune serve` vs vLLM's pooling runner on the source model."""
@@ -188,8 +191,6 @@ class EmbeddingTask(Task):
 
     def refine(self, run, cand, probe: Probe, share_s: float) -> list:
         """Search the token budget against the SLO (batch_search says how)."""
-        import time
-
         if cand.batching.kind != "tokens":
             return [cand]
         dev, slo = self.cfg.device, self.cfg.slo.p99_ms
