@@ -115,7 +115,7 @@ def _error(ladder: dict[str, Any], kind: str) -> str:
 def line(ladder: dict[str, Any]) -> str:
     """The tune's progress line: 'precision ladder: fp8 1.41x, int8 0.78x of bf16 (7.2 s)'."""
     if ladder.get("status") != "measured":
-        return f"precision ladder: {ladder.get('status')} ({ladder.get('reason', '')})"
+        return f"precision ladder: {ladder.get('status')}: {ladder.get('reason', '')}"
     figs = ", ".join(f"{k} {v:.2f}x" if v is not None else f"{k} not measured"
                      for k, v in ladder.get("expected_speedup", {}).items())
     m, wall, timing = ladder.get("decision_tokens"), ladder.get("seconds", 0.0), ladder.get("measure_s", 0.0)
@@ -136,10 +136,10 @@ def run(task, caps, opts: list[Option]) -> list[Option]:
             and (not cfg.candidates or o.candidate.id in named) and not o.skip]
     kinds = list(dict.fromkeys(gemm_kind(o.candidate, dev) for o in live))
     if not kinds:
-        rec = {"status": "skipped", "device": dev, "reason": "no quantized option to decide on here (the ladder times "
-               "torch's fp8 and int8 GEMMs, which torchao's GPU options run; "
-               + ("--quick and --candidates leave none)" if dev == "cuda" else
-                  "this CPU's int8 engines run ONNX Runtime's, OpenVINO's or fbgemm's own kernels)")}
+        rec = {"status": "skipped", "device": dev, "seconds": 0.0, "reason": "no option tried here runs the GEMMs it "
+               "times (torch's fp8 and int8, as torchao's GPU options do); "
+               + ("--quick leaves those out, and --candidates or the GPU's compute capability can" if dev == "cuda"
+                  else "this CPU's int8 engines run ONNX Runtime's, OpenVINO's or fbgemm's own kernels")}
         return _done(task, rec, opts)
     t0 = time.perf_counter()
     rec = measure(task.spec.path, kinds, dev, _max_s(task, dev), cfg.threads)

@@ -111,7 +111,7 @@ def test_quick_gpu_tune_has_no_quantized_option_and_skips_the_ladder(tmp_path, m
 
     task, out = _task(tmp_path, H100, monkeypatch, never, quick=True)
     opts = task.options(H100)
-    assert task.result.ladder["status"] == "skipped" and "no quantized option" in task.result.ladder["reason"]
+    assert task.result.ladder["status"] == "skipped" and "--quick leaves those out" in task.result.ladder["reason"]
     assert [(o.prior, o.skip) for o in opts] == [(o.prior, None) for o in candidates.options(H100, quick=True)]
     assert "precision ladder: skipped" in out.getvalue()
 
@@ -127,7 +127,8 @@ def test_a_cpu_tune_tries_every_option_it_tried_before(tmp_path, monkeypatch, ca
         task, _ = _task(tmp_path, caps, monkeypatch, never, quick=quick)
         got = [(o.candidate.id, o.prior, o.skip) for o in task.options(caps)]
         assert got == [(o.candidate.id, o.prior, None) for o in candidates.options(caps, quick)]
-        assert task.result.ladder["status"] == "skipped"
+        assert task.result.ladder["status"] == "skipped" and "own kernels" in task.result.ladder["reason"]
+        assert task.result.ladder["seconds"] == 0.0
 
 
 def test_on_a_cpu_a_named_torchao_option_gets_the_measured_ratio_as_its_prior(tmp_path, monkeypatch):
