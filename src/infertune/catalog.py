@@ -55,6 +55,10 @@ class Quant:
     needs: dict[str, tuple[str, ...]] = field(default_factory=dict)  # device -> capabilities
     rank: int = 10  # an unquantized candidate beats any quantized one in a tie (no calibration, answers kept)
     rescue: dict[str, Rescue] = field(default_factory=dict)  # device -> mixed-precision rescue
+    # device -> the GEMM of infertune.hardware.gemm_ladder its quantized Linear layers run there ("fp8", "int8"):
+    # the precision ladder decides on it by that GEMM's measured speed (tasks/embedding/ladder.py). None where its
+    # kernels are its own (ONNX Runtime, OpenVINO, fbgemm): torch's GEMMs would not speak for them
+    gemm: dict[str, str] = field(default_factory=dict)
 
 
 # dtype needs per device: bf16 needs native bf16 (else emulated and slower than fp32), fp8 compute capability 8.9
@@ -87,8 +91,9 @@ QUANTS: dict[str, Quant] = {  # in this order: the mixed-precision sources and s
     "torch.ao-dynamic": Quant("torch.ao dynamic int8", "int8", "infertune.quantize.torch_ao", ("torch-eager",)),
     # torchao's GPU kernels take bf16 activations; on a CPU it is tried only when named (tests of the GPU path)
     "torchao-fp8": Quant("torchao fp8", "fp8", _TAO, _TORCH, needs={"cuda": ("gpu-fp8",)},
-                         rescue={"cuda": Rescue("torchao-fp8", "torch-compile", 3.0)}),
+                         rescue={"cuda": Rescue("torchao-fp8", "torch-compile", 3.0)}, gemm={"cuda": "fp8"}),
     "torchao-int8-dyn": Quant("torchao int8", "int8", _TAO, _TORCH, needs={"cuda": ("gpu-bf16",)},
                               rescue={"cpu": Rescue("torchao-int8-dyn", "torch-eager", 0.2),
-                                      "cuda": Rescue("torchao-int8-dyn", "torch-compile", 3.0)}),
+                                      "cuda": Rescue("torchao-int8-dyn", "torch-compile", 3.0)},
+                              gemm={"cuda": "int8", "cpu": "int8"}),
 }

@@ -4,6 +4,9 @@ Contract (read by other tools; extend, never rename): results.json has `baseline
 `candidates` (each `name`, `status`, `reason`, `items_per_s`, `latency_ms` {p50,p95,p99},
 `accuracy` {cosine_mean, cosine_min, topk_overlap, by_bucket, task}), `environment` and `config`.
 On a GPU each measured embedding candidate adds `peak` (Peak: achieved Linear TFLOP/s, share of the GPU's peak).
+Embeddings add `ladder`: the GEMM precision ladder measured before the quantized candidates (`status`, the device,
+the Linear `shapes`, per (M, K, N) `cells` with TFLOP/s and `ratio` to the 16-bit base, `expected_speedup` per
+quantized kind, the `decisions` on the candidates, `seconds`).
 """
 
 from __future__ import annotations
@@ -244,3 +247,6 @@ class TuneResult(BaseModel):
     # --peers: the tuned artifact under `infertune serve` and engines users know (vLLM's pooling runner), each in
     # its own process, measured side by side over HTTP on the same texts (tasks/embedding/peers.py: PeerResult dicts)
     peers: list[dict[str, Any]] = []
+    # embeddings: the GEMM precision ladder timed at the model's Linear shapes before the quantized candidates, and
+    # what it decided for them (tasks/embedding/ladder.py: status, shapes, cells, expected_speedup, decisions)
+    ladder: dict[str, Any] = {}

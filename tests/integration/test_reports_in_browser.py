@@ -73,7 +73,8 @@ def _render(kind: str, tmp_path: Path) -> Path:
     elif kind.startswith("tune"):
         from infertune.tasks.embedding.report import write_report
 
-        write_report(inputs.tune() if kind == "tune-winner" else inputs.tune_no_winner(), out)
+        write_report({"tune-winner": inputs.tune, "tune-ladder": inputs.tune_with_ladder}.get(
+            kind, inputs.tune_no_winner)(), out)
     elif kind.startswith("bench"):
         from infertune.bench.report import write_html
 
@@ -88,6 +89,7 @@ def _render(kind: str, tmp_path: Path) -> Path:
 
 CASES = {
     "tune-winner": r"^Serve openvino/bf16/tokens-2048: 315\.9 items/s, 4\.18x the naive baseline",
+    "tune-ladder": r"^Serve openvino/bf16/tokens-2048: 315\.9 items/s, 4\.18x the naive baseline",
     "tune-no-winner": r"^No winner: no candidate met every constraint",
     "tune-lm": r"^Serve cuda-graph-compile/bf16: 776\.8 tokens/s batch-1 decode, 31\.88x the naive baseline",
     "bench": r"^Max throughput 303\.1 req/s",
@@ -120,6 +122,14 @@ def test_report_renders_in_a_browser_with_its_headline(browser, kind, tmp_path):
     text = " ".join(headline.inner_text().split())
     assert re.search(CASES[kind], text), f"{kind}: headline reads {text!r}"
     assert page.locator("svg").count() >= 1, f"{kind}: no plot"
+    ladder = page.locator("#ladder")
+    if kind == "tune-ladder":  # the precision ladder's heading and its table, on screen
+        assert ladder.is_visible() and "Precision ladder" in ladder.inner_text()
+        rows = page.locator("#ladder + p + table tr")
+        assert rows.count() == 3 and rows.nth(0).is_visible(), "the ladder's table is missing"
+        assert "1009.00 (1.41x)" in rows.nth(1).inner_text()
+    elif kind.startswith("tune"):
+        assert ladder.count() == 0, f"{kind}: a ladder section without a ladder"
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= WIDTH, f"{kind}: the page is {width} px wide in a {WIDTH} px window"
     height = min(page.evaluate("document.documentElement.scrollHeight"), MAX_SHOT_HEIGHT)

@@ -40,6 +40,47 @@ def flops_by_layer(a: Arch, context: int, phase: str = "prefill") -> dict[str, f
     return out
 
 
+def linear_shapes(a: Arch) -> dict[tuple[int, int], int]:
+    """(K, N) -> how many of the blocks' Linear layers have that shape, over the model: in K features, out N, so a
+    batch of M tokens runs an M x K x N GEMM through each (2 K N FLOPs per token). q, k and v are three projections
+    and a gated MLP's gate and up two, as Hugging Face's modules hold them (a model that fuses them runs one GEMM of
+    their summed N instead); an MoE layer counts the k routed and the shared experts a token runs, and its router.
+    The counts times K N sum to a.linear_params(active=True); lm_head and a pooler (once per input) are left out."""
+    h, nq, d = a.hidden, a.heads, a.head_dim
+    out: dict[tuple[int, int], int] = {}
+
+    def add(k: int, n: int, times: int) -> None:
+        if k and n and times:
+            out[(k, n)] = out.get((k, n), 0) + times
+
+    if a.mla:
+        qk = a.qk_nope_dim + a.qk_rope_dim
+        if a.q_lora_rank:
+            add(h, a.q_lora_rank, a.layers)
+            add(a.q_lora_rank, nq * qk, a.layers)
+        else:
+            add(h, nq * qk, a.layers)
+        add(h, a.kv_lora_rank + a.qk_rope_dim, a.layers)
+        add(a.kv_lora_rank, nq * (a.qk_nope_dim + a.v_head_dim), a.layers)
+        add(nq * a.v_head_dim, h, a.layers)
+    else:
+        add(h, nq * d, a.layers)
+        add(h, a.kv_heads * d, 2 * a.layers)
+        add(nq * d, h, a.layers)
+    dense = a.layers - a.moe_layers
+    m = 2 if a.gated_mlp else 1
+    add(h, a.intermediate, m * dense)
+    add(a.intermediate, h, dense)
+    if a.moe_layers:
+        per = a.experts_per_tok + a.shared_experts
+        add(h, a.moe_intermediate, 2 * per * a.moe_layers)
+        add(a.moe_intermediate, h, per * a.moe_layers)
+        add(h, a.shared_intermediate, 2 * a.moe_layers)
+        add(a.shared_intermediate, h, a.moe_layers)
+        add(h, a.experts, a.moe_layers)  # the router
+    return out
+
+
 def params_by_part(a: Arch) -> dict[str, int]:
     """Every parameter of the model by what it is for; the parts sum to a.params()."""
     dense = sum(mlp_params(a, i, active=False)[0] for i in range(a.layers))

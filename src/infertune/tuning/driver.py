@@ -70,7 +70,7 @@ def run(cfg: TuneConfig, make_task, quiet: bool = False, candidates: list | None
     """The loop: `make_task(cfg, console, candidates)` gives the family's task (infertune.tune picks it), then
     stages, budget, workers, decision, artifact and report. Returns the TuneResult also written to results.json."""
     from infertune.console import console as make_console
-    from infertune.hardware import detect, needs
+    from infertune.hardware import detect
     from infertune.tuning.worker import warm_up_workers
 
     console = make_console(stderr=True, quiet=quiet)
@@ -92,19 +92,7 @@ def run(cfg: TuneConfig, make_task, quiet: bool = False, candidates: list | None
     caps = detect(cfg.device)
     console.print(f"  host: {caps.summary()}; time budget {budget.total_s:.0f} s", highlight=False)
     run = search.Run(task, cfg, out, console, budget)
-    opts = task.options(caps)
-    tried = []
-    for o in opts:
-        why = needs(caps, o.needs)
-        if why is None and o.role == "candidate" and not task.matches(o.candidate, cfg.candidates):
-            why = f"not selected by --candidates {','.join(cfg.candidates or [])}"
-        if why:
-            run.log["not_tried"].append({"candidate": o.candidate.id, "why": why})
-            if "--candidates" not in why:
-                run.record(o.candidate, status="skipped", reason=why, why_tried=o.why)
-                console.print(f"  [yellow]skip[/] {o.candidate.id}: {why}", highlight=False)
-            continue
-        tried.append(o)
+    tried = screen(run, task.options(caps), caps)
     steps = search.order(tried)
     for o in tried:  # steps that run whatever the budget: the ratio to the naive baseline, the CPU's fallback
         if o.role == "baseline" or (o.role == "reference" and (cfg.device == "cpu" or not _has_baseline(tried))):
@@ -139,6 +127,26 @@ def run(cfg: TuneConfig, make_task, quiet: bool = False, candidates: list | None
         serve = f" (infertune serve {link}/artifact serves this run's pick)" if result.artifact else ""
         console.print(f"{link} -> {out.name}{serve}", markup=False)
     return result
+
+
+def screen(run: search.Run, opts: list, caps) -> list:
+    """The options to try: the others are recorded as skipped with why (a capability this host lacks, or the task's
+    own `skip`: a measurement said it cannot pay here) or left out by --candidates (listed in not_tried only)."""
+    from infertune.hardware import needs
+
+    cfg, tried = run.cfg, []
+    for o in opts:
+        why = needs(caps, o.needs) or o.skip
+        if why is None and o.role == "candidate" and not run.task.matches(o.candidate, cfg.candidates):
+            why = f"not selected by --candidates {','.join(cfg.candidates or [])}"
+        if why:
+            run.log["not_tried"].append({"candidate": o.candidate.id, "why": why})
+            if "--candidates" not in why:
+                run.record(o.candidate, status="skipped", reason=why, why_tried=o.why)
+                run.console.print(f"  [yellow]skip[/] {o.candidate.id}: {why}", highlight=False)
+            continue
+        tried.append(o)
+    return tried
 
 
 _OWN_LOG: str | None = None  # the INFERTUNE_LOG value this module set (a user's own value is kept)

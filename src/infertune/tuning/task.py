@@ -24,6 +24,7 @@ class Option:
     needs: tuple[str, ...] = ()
     role: str = "candidate"  # reference | baseline | candidate
     probe_s: float | None = None  # probe time cap for engines with a long first run (compile, graphs)
+    skip: str | None = None  # why the task chose not to try it here (a measurement says it cannot pay): one sentence
 
 
 @dataclass

@@ -9,6 +9,7 @@ from infertune.plan.arch import arch_from_config, load_config
 from infertune.plan.layers import (
     experts_reached,
     flops_by_layer,
+    linear_shapes,
     params_by_part,
     step_bytes,
     weight_bytes_by_layer,
@@ -25,6 +26,22 @@ def test_layers_sum_to_the_whole_model(name, phase, context):
     assert len([k for k in per if k.startswith("layer")]) == a.layers
     assert sum(per.values()) == pytest.approx(a.flops_per_token(context, phase)["total"], rel=1e-12)
     assert sum(params_by_part(a).values()) == a.params()
+
+
+@pytest.mark.parametrize("name", ["llama-3-8b", "qwen3-0.6b", "deepseek-v2-lite"])
+def test_linear_shapes_hold_every_linear_weight_a_token_runs(name):
+    """The GEMM ladder times these shapes: K x N x count over them is the Linear weights a token multiplies through
+    (dense, GQA, MoE with its router, MLA)."""
+    a = arch_from_config(load_config(CONFIGS / f"{name}.json"))
+    shapes = linear_shapes(a)
+    assert sum(k * n * c for (k, n), c in shapes.items()) == a.linear_params(active=True)
+    assert all(k > 0 and n > 0 and c > 0 for (k, n), c in shapes.items())
+
+
+def test_linear_shapes_of_qwen3_06b_are_the_h100_ladders():
+    a = arch_from_config(load_config(CONFIGS / "qwen3-0.6b.json"))
+    assert linear_shapes(a) == {(1024, 2048): 28, (1024, 1024): 56, (2048, 1024): 28, (1024, 3072): 56,
+                                (3072, 1024): 28}
 
 
 def test_moe_layers_read_the_experts_their_tokens_reach():

@@ -179,6 +179,35 @@ def _accuracy_sections(result: TuneResult) -> str:
     return out
 
 
+def _ladder_section(result: TuneResult) -> str:
+    """The precision ladder (tasks/embedding/ladder.py): the GEMMs timed at the model's shapes, what they decided."""
+    lad = result.ladder
+    if not lad:
+        return ""
+    if lad.get("status") != "measured":
+        return f'<h2 id="ladder">Precision ladder</h2><p>{e(lad.get("status"))}: {e(lad.get("reason", ""))}</p>'
+    base, quants = lad.get("base", ""), [p for p in lad.get("precisions", []) if p != lad.get("base")]
+    shares = {(s["k"], s["n"]): s for s in lad.get("shapes", [])}
+    rows = []
+    for c in lad.get("cells", []):
+        s = shares.get((c["k"], c["n"]), {})
+        rows.append([f"{c['m']:,} x {c['k']} x {c['n']}", str(s.get("layers", "-")), _f(s.get("flop_share"), "{:.0%}"),
+                     _f(c["tflops"].get(base), "{:.2f}")]
+                    + [f"{_f(c['tflops'].get(q), '{:.2f}')} ({_f(c.get('ratio', {}).get(q), '{:.2f}x')})"
+                       if q in c["tflops"] else e(c.get("errors", {}).get(q, "-")) for q in quants])
+    head = ["M x K x N (tokens x in x out)", "layers", "FLOP share", f"{e(base)} TFLOP/s"] + [
+        f"{e(q)} TFLOP/s (vs {e(base)})" for q in quants]
+    figs = ", ".join(f"{e(k)} {_f(v, '{:.2f}x')}" for k, v in lad.get("expected_speedup", {}).items())
+    ops = "; ".join(f"{e(p)}: {e(op)}" for p, op in lad.get("ops", {}).items())
+    intro = (f"GEMMs timed on {e(lad.get('device_name'))} (torch {e(lad.get('torch'))}) before the quantized "
+             f"candidates, {_f(lad.get('seconds'), '{:.1f}')} s ({ops}; TFLOP/s: median of each cell's samples). "
+             f"Expected speedup over {e(base)} at {lad.get('decision_tokens', 0):,} tokens, the model's Linear work "
+             f"weighted by FLOPs: <b>{figs}</b>; under {lad.get('min_speedup')}x a quantized option is skipped.")
+    dec = "".join(f"<li>{e(d['candidate'])}: {e(d['action'])}: {e(d['why'])}</li>" for d in lad.get("decisions", []))
+    return (f'<h2 id="ladder">Precision ladder</h2><p>{intro}</p>'
+            f"{table(head, rows)}{f'<ul>{dec}</ul>' if dec else ''}")
+
+
 def write_report(result: TuneResult, path: Path) -> Path:
     plots = tune_plots(result)
     w = result.workload
@@ -192,6 +221,7 @@ def write_report(result: TuneResult, path: Path) -> Path:
 <h2>Candidates</h2>{_tables(result)}
 {_peak_table(result)}
 {_accuracy_sections(result)}
+{_ladder_section(result)}
 {sections}
 <h2>Search</h2><p>{'<br>'.join(e(x) for x in search_lines(result))}</p>
 <h2>Workload</h2><p>{e(w.source) if w else ''}: {w.n_items if w else 0} items, eval {w.n_eval if w else 0},

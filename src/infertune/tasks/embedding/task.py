@@ -104,7 +104,9 @@ class EmbeddingTask(Task):
             keep = [o for o in opts if o.role != "candidate"]
             ids = {o.candidate.id for o in keep}
             opts = keep + [Option(c, "given by the caller", 1.0) for c in self.custom if c.id not in ids]
-        return opts
+        from infertune.tasks.embedding import ladder
+
+        return ladder.run(self, caps, opts)  # the quantized options' GEMMs timed: skipped when slower, else priors
 
     def available(self, cand) -> str | None:
         from infertune.registry import load_backend

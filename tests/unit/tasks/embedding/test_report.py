@@ -92,3 +92,17 @@ def test_causal_lm_report_has_the_card_and_the_winner_row(tmp_path):
     assert "n=80 steps" in card and "speedup 31.88x by medians" in card
     assert 'id="next-command">infertune serve /tmp/tq/artifact<' in card
     assert page.count("<tr class='winner'>") == 1 and not OUTSIDE.search(page)
+
+
+def test_the_precision_ladder_shows_as_a_table_when_the_result_has_one(tmp_path):
+    from infertune.tasks.embedding.report import write_report
+
+    page = write_report(inputs.tune_with_ladder(), tmp_path / "report.html").read_text()
+    sec = page[page.index('<h2 id="ladder">'):]
+    sec = sec[:sec.index("</ul>")]
+    assert "NVIDIA H100 80GB HBM3" in sec and "<b>fp8 1.46x, int8 0.85x</b>" in sec
+    assert "16,384 x 1024 x 3072" in sec and "1009.00 (1.41x)" in sec and "606.00 (0.85x)" in sec
+    assert "RuntimeError: not measured in this fixture" in sec  # a precision that failed at a shape says why
+    assert "torch-compile/int8/torchao-int8-dyn/tokens-16384: skipped: int8 GEMMs measured 0.85x" in sec
+    plain = write_report(inputs.tune(), tmp_path / "plain.html").read_text()
+    assert 'id="ladder"' not in plain  # a result without a ladder (recorded before it existed) has no section
