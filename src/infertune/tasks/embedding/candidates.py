@@ -165,7 +165,7 @@ def compiled_gpu_options(tb, half: str, quick: bool) -> list[Option]:
         out += [
             Option(C(backend="torch-compile", precision="fp8", quant="torchao-fp8", batching=tb),
                    "torchao fp8 rowwise (Hopper/Ada tensor cores), activation scales fused by inductor, in CUDA "
-                   "graphs", 8.5, probe_s=120.0),
+                   "graphs", 5.5, probe_s=120.0),
             Option(C(backend="torch-compile", precision="int8", quant="torchao-int8-dyn", batching=tb),
                    "torchao int8 dynamic quantization, compiled, in CUDA graphs", 5.0, probe_s=120.0),
         ]
