@@ -72,7 +72,7 @@ def test_h100_figures_skip_int8_with_its_figure_and_scale_fp8s_prior(tmp_path, m
     opts = {o.candidate.id: o for o in task.options(H100)}
     fp8, int8 = "torch-compile/fp8/torchao-fp8/tokens-16384", "torch-compile/int8/torchao-int8-dyn/tokens-16384"
     lad = task.result.ladder
-    assert calls[0]["tokens"] == [16384, 256] and calls[0]["precisions"] == ["int8", "fp8"]
+    assert calls[0]["tokens"] == [16384, 256] and sorted(calls[0]["precisions"]) == ["fp8", "int8"]
     assert sorted(calls[0]["shapes"]) == sorted(H100_16K)  # the model's Linear shapes, from config.json alone
     assert 1.39 < lad["expected_speedup"]["fp8"] < 1.57 and 0.75 < lad["expected_speedup"]["int8"] < 0.85
     skip = opts[int8].skip
@@ -85,7 +85,7 @@ def test_h100_figures_skip_int8_with_its_figure_and_scale_fp8s_prior(tmp_path, m
         if k not in (fp8, int8):
             assert (opts[k].prior, opts[k].skip) == (o.prior, None), k
     assert {d["candidate"]: d["action"] for d in lad["decisions"]} == {fp8: "prior", int8: "skipped"}
-    assert "precision ladder: int8 0.8" in out.getvalue() and "fp8 1.4" in out.getvalue()
+    assert "precision ladder: " in out.getvalue() and "int8 0.8" in out.getvalue() and "fp8 1.4" in out.getvalue()
     # the driver records the skipped option with the ladder's sentence and does not try it
     run = search.Run(task, task.cfg, tmp_path, task.console, Budget(180.0))
     tried = {o.candidate.id for o in driver.screen(run, list(opts.values()), H100)}
