@@ -150,10 +150,10 @@ def mixed_options(device: str, keep_high: tuple[str, ...], method: str = "ort-dy
 
 def compiled_gpu_options(tb, half: str, quick: bool) -> list[Option]:
     """The compiled GPU engines: inductor's fused kernels, compiled block by block (one block's compile serves the
-    stack), served like eager ones (packed or padded batches, each shape a checked CUDA graph). On an H100 a
-    Qwen3-Embedding-0.6B shape ran 2.5x faster compiled than eager in bf16, and torchao fp8 rowwise compiled
-    another 1.2x (../docs/measurements). The precision ladder (tasks/embedding/ladder.py) scales the quantized
-    ones' priors by their measured GEMM speed, or skips them with its figures."""
+    stack), served like eager ones (packed or padded batches, each shape a checked CUDA graph): 2.28x eager bf16 on
+    an H100 for a Qwen3-Embedding-0.6B shape (docs/measurements/2026-12-06-h100-compiled-embeddings). fp8's prior
+    sits below the lossless engine's: it compiles longer and risks the accuracy budget. The precision ladder
+    (tasks/embedding/ladder.py) scales the quantized ones' priors by their measured GEMM speed, or skips them."""
     C = Candidate
     packed = (("batches", "packed"),)
     out = [Option(C(backend="torch-compile", precision=half, batching=tb),
