@@ -35,12 +35,12 @@ echo "tune exit $?"; cp $TUNE/report.html "$OUT/report_$WHICH.html" 2>/dev/null
 [ -d $TUNE/artifact ] || { echo "no artifact"; exit 1; }
 ls -la $TUNE/artifact | head; ART=$TUNE/artifact
 serve_once() {  # $1 tag: start serve, time /ready and the first answer, then bench 32 inputs per request
-  local t0 t1; t0=$(date +%s.%N)
+  local t0 t1; t0=$(date +%s%N)
   $I serve $ART --device cuda --truncate --port 8000 --max-queue 4096 2> "$OUT/serve_$1.log" &
   SRV=$!
   for _ in $(seq 1 300); do curl -sf localhost:8000/ready > /dev/null && break; sleep 0.5; done
   curl -sf localhost:8000/v1/embeddings -H 'content-type: application/json' -d '{"input": ["hello"], "model": "x"}' > /dev/null
-  t1=$(date +%s.%N); echo "$1 first answer after $(echo "$t1 - $t0" | bc) s" | tee -a "$OUT/start.txt"
+  t1=$(date +%s%N); echo "$1 first answer after $(( (t1 - t0) / 1000000 )) ms" | tee -a "$OUT/start.txt"
   if [ "$1" = warm ]; then grep -h "compiled in\|captured" "$OUT/serve_$1.log" | head -3
     $I bench http://127.0.0.1:8000 --workload $W --inputs-per-request 32 --concurrency 8 --workers 4 --duration $S --warmup 3 --out /tmp/b32 2>&1 | tail -2
     cp /tmp/b32/bench.json "$OUT/bench32_$WHICH.json"

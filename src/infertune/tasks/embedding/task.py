@@ -210,7 +210,8 @@ class EmbeddingTask(Task):
             v = cand.model_copy(update={"batching": candidates.tokens(dev, nxt)})
             src = run.results[cand.id]
             run.record(v, status="ok", stage="probe", why_tried=src.why_tried, accuracy=src.accuracy,
-                       meets_accuracy=src.meets_accuracy, prepare_s=src.prepare_s, executed=src.executed)
+                       meets_accuracy=src.meets_accuracy, prepare_s=src.prepare_s, executed=src.executed,
+                       compile=src.compile)
             pr = run.call(v, "batching search", lambda w, v=v: self.probe(w, v, cap))
             if pr is None:
                 break
