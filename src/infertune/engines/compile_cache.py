@@ -86,11 +86,13 @@ def load(path: Path) -> bool:
     import torch
 
     try:
-        return torch.compiler.load_cache_artifacts(path.read_bytes()) is not None
+        if torch.compiler.load_cache_artifacts(path.read_bytes()) is not None:
+            return True
+        why = "torch did not accept them"
     except Exception as e:  # noqa: BLE001 - a stale or foreign cache only costs a compile
-        logging.getLogger("infertune").warning("compiled kernels in %s not loaded (%s: %s); compiling", path,
-                                               type(e).__name__, e)
-        return False
+        why = f"{type(e).__name__}: {e}"
+    logging.getLogger("infertune").warning("compiled kernels in %s not loaded (%s); compiling", path, why)
+    return False
 
 
 def save(path: Path) -> dict[str, Any] | None:
