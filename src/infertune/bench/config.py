@@ -24,6 +24,9 @@ class BenchConfig(BaseModel):
     workload: Path | None = Field(None, description="JSONL: {input} (embeddings) or {prompt|messages, max_tokens}")
     synthetic: str | None = Field(None, description="e.g. 'prompt=lognormal(200,0.6),output=128'")
     inputs_per_request: int = Field(1, ge=1, le=2048, description="embeddings: inputs packed into each request")
+    ceiling: str | None = Field(None, description=(
+        "embeddings: the forward-only ceiling to hold the server against, a `serve --ceiling --json` file or items/s; "
+        "each point reports its served items/s as a fraction of it (of_ceiling)"))
     stream: bool | None = Field(None, description="stream completions/chat (default: yes, to measure TTFT/ITL)")
     # load profile
     concurrency: list[int] = Field(default_factory=list)

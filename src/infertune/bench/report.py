@@ -95,6 +95,10 @@ def print_summary(result: BenchResult) -> None:
     if best:
         con.print(f"max throughput: {best.achieved_rps:.1f} req/s at {best.label} (n={best.n} requests, E2E P50 "
                   f"{fmt(best.latency_ms.p50)} ms, P99 {fmt(best.latency_ms.p99)} ms)", highlight=False)
+        if best.of_ceiling is not None and result.ceiling:
+            per = int(result.config.get("inputs_per_request") or 1)
+            con.print(f"served {best.achieved_rps * per:,.0f} items/s: {best.of_ceiling:.0%} of the forward-only "
+                      f"ceiling ({result.ceiling['items_per_s']:,.0f} items/s)", highlight=False)
     elif any(p.error_laden for p in result.points):
         con.print(f"[bold red]max throughput: none to quote[/]: {no_throughput(result)}", highlight=False)
     if result.out_dir:
@@ -107,7 +111,7 @@ def print_summary(result: BenchResult) -> None:
 def _row(p: Point) -> dict:
     r = {"label": p.label, "phase": p.phase, "concurrency": p.offered.concurrency, "rate": p.offered.rate,
          "arrivals": p.offered.arrivals, "valid": p.valid, "error_laden": p.error_laden, "n": p.n, "ok": p.ok,
-         "achieved_rps": p.achieved_rps,
+         "achieved_rps": p.achieved_rps, "of_ceiling": p.of_ceiling,
          "errors": p.errors.total, "error_rate": p.errors.rate, "goodput_rps": p.goodput_rps,
          "input_tokens_per_s": p.input_tokens_per_s, "output_tokens_per_s": p.output_tokens_per_s,
          "client_cpu": p.client.cpu_util, "lag_p99_ms": p.client.lag_ms.p99, "slo_pass": p.slo_pass,

@@ -61,6 +61,8 @@ class ClientCheck(BaseModel):
 
 class Point(BaseModel):
     offered: Offered
+    # served items/s (req/s x inputs per request) over the forward-only ceiling given with --ceiling
+    of_ceiling: float | None = None
     label: str = ""
     phase: str = ""  # sweep | search | fixed
     valid: bool = True
@@ -166,3 +168,4 @@ class BenchResult(BaseModel):
     started: str = ""
     wall_s: float | None = None
     notes: list[str] = Field(default_factory=list)
+    ceiling: dict[str, Any] | None = None  # --ceiling: {items_per_s, source}

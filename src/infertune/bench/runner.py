@@ -7,6 +7,7 @@ import datetime as dt
 import math
 import time
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 from infertune.bench import profiles
@@ -187,6 +188,8 @@ def bench(cfg: BenchConfig, log: Log | None = None) -> BenchResult:
     started = dt.datetime.now().isoformat(timespec="seconds")
     wall0 = time.monotonic()
     slo = parse_slo(cfg.slo, cfg.max_error_rate, cfg.streaming, cfg.slo_keepup) if cfg.slo else None
+    if cfg.ceiling:
+        read_ceiling(cfg.ceiling)  # a bad --ceiling fails before any load is sent
     model, req, ready, warnings = wait_for_server(cfg, log)
     from infertune.hardware.fingerprint import fingerprint
 
@@ -235,6 +238,8 @@ def bench(cfg: BenchConfig, log: Log | None = None) -> BenchResult:
             result.telemetry = tel.stop()
             result.points = run.points
     result.knee = find_knee(result.points, cfg.api)
+    if cfg.ceiling:
+        result.ceiling = hold_to_ceiling(result.points, cfg.ceiling, cfg.inputs_per_request)
     for p in result.points:
         if not p.valid:
             what = "ERROR-LADEN" if p.error_laden else "INVALID"
@@ -248,3 +253,32 @@ def bench(cfg: BenchConfig, log: Log | None = None) -> BenchResult:
         result.out_dir = str(cfg.out)
         write_outputs(result, Path(cfg.out))
     return result
+
+
+def read_ceiling(spec: str) -> dict[str, Any]:
+    """--ceiling: items/s given as a number, or the `serve --ceiling --json` file that measured it."""
+    import json
+
+    from infertune.errors import InfertuneError
+
+    try:
+        return {"items_per_s": float(spec), "source": "given"}
+    except ValueError:
+        pass
+    p = Path(spec)
+    try:
+        got = json.loads(p.read_text())
+        return {"items_per_s": float(got["items_per_s"]), "source": str(p), "n": got.get("n"),
+                "min": got.get("min"), "max": got.get("max")}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise InfertuneError(f"--ceiling {spec}: not items/s nor a `serve --ceiling --json` file ({e})") from None
+
+
+def hold_to_ceiling(points: list, spec: str, per_request: int) -> dict[str, Any]:
+    """Each point's served items/s as a fraction of the forward-only ceiling (what HTTP, tokenization and batching
+    leave of what the device can do); returns the ceiling record."""
+    ceiling = read_ceiling(spec)
+    if ceiling["items_per_s"] > 0:
+        for p in points:
+            p.of_ceiling = p.achieved_rps * per_request / ceiling["items_per_s"]
+    return ceiling

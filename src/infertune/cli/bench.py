@@ -96,6 +96,9 @@ Compare = Annotated[list[str] | None, typer.Option(
          "side with URL on the same texts, in rounds whose order rotates; prints items/s "
          "(median, range, n), P99 and cosine of the answers against URL's")]
 Rounds = Annotated[int, typer.Option(help="with --compare: rounds per server")]
+Ceiling = Annotated[str | None, typer.Option(
+    help="embeddings: hold the server against its forward-only ceiling, a `serve MODEL --ceiling --json` file or "
+         "items/s: each point reports served items/s as a fraction of it")]
 
 
 def bench_cmd(
@@ -133,6 +136,7 @@ def bench_cmd(
     as_json: AsJson = False,
     compare: Compare = None,
     rounds: Rounds = 3,
+    ceiling: Ceiling = None,
 ) -> None:
     """Load-test an OpenAI-compatible server: latency percentiles from each request's scheduled send time,
     TTFT/ITL/TPOT for streams, errors by kind, the server's /metrics alongside, and a client self-check
@@ -192,7 +196,7 @@ def _bench_config(f: dict[str, Any]) -> BenchConfig:
         max_requests=f["max_requests"], workers="auto" if f["workers"] == "auto" else int(f["workers"]),
         timeout=f["timeout"], max_lag_ms=f["max_lag_ms"], max_error_rate=f["max_error_rate"],
         metrics_url=f["metrics_url"], seed=f["seed"], out=f["out"], save_requests=f["save_requests"],
-        http_client=f["http_client"],
+        http_client=f["http_client"], ceiling=f["ceiling"],
     )
 
 

@@ -93,3 +93,23 @@ def test_slo_search_against_infertune_serve_answers_a_measured_bracketed_rate(se
     for p in res.points:  # a passing point is a valid one, answered without errors, within the bound
         if p.slo_pass:
             assert p.valid and p.errors.total == 0 and p.latency_ms.p99 <= bound_ms, p
+
+
+def test_a_point_is_held_against_the_forward_only_ceiling(serve_fake, tmp_path):
+    """bench --ceiling (a `serve --ceiling --json` file): each point's served items/s over the ceiling's, in the
+    point and in bench.json; a ceiling that is neither a number nor such a file fails before any load is sent."""
+    import json
+
+    from infertune.errors import InfertuneError
+
+    ceiling = tmp_path / "ceiling.json"
+    ceiling.write_text(json.dumps({"items_per_s": 5000.0, "n": 5, "min": 4900.0, "max": 5100.0}))
+    res = bench(BenchConfig(url=serve_fake, api="embeddings", concurrency=[2], inputs_per_request=4, duration=1.5,
+                            warmup=0.5, ceiling=str(ceiling), out=tmp_path / "b"))
+    p = res.points[0]
+    assert p.ok and p.of_ceiling == pytest.approx(p.achieved_rps * 4 / 5000.0, rel=1e-3)
+    assert res.ceiling["items_per_s"] == 5000.0 and res.ceiling["source"] == str(ceiling)
+    saved = json.loads((tmp_path / "b" / "bench.json").read_text())
+    assert saved["points"][0]["of_ceiling"] == p.of_ceiling
+    with pytest.raises(InfertuneError, match="--ceiling"):
+        bench(BenchConfig(url=serve_fake, api="embeddings", ceiling=str(tmp_path / "missing.json")))

@@ -32,7 +32,7 @@ def test_single_point_h200_run_has_a_headline_a_narrow_table_and_gpu_series(tmp_
     assert 'id="next-command">infertune bench http://127.0.0.1:8000 --sweep<' in page
     cols = _first_table_columns(page)
     assert len(cols) <= 12, cols
-    assert "All 40 columns (as in bench.csv)" in page  # the rest, folded (error_laden since issue 25)
+    assert "All 41 columns (as in bench.csv)" in page  # the rest, folded (error_laden, of_ceiling added later)
     assert "GPU telemetry (NVML)" in page and "gpu_util_percent" in page and "gpu_power_w" in page
     assert "Latency at the one load point (concurrency=32)" in page and "Latency vs concurrency" not in page
 
