@@ -42,15 +42,15 @@ serve_once() {  # $1 tag: start serve, time /ready and the first answer, then be
   curl -sf localhost:8000/v1/embeddings -H 'content-type: application/json' -d '{"input": ["hello"], "model": "x"}' > /dev/null
   t1=$(date +%s%N); echo "$1 first answer after $(( (t1 - t0) / 1000000 )) ms" | tee -a "$OUT/start.txt"
   if [ "$1" = warm ]; then grep -h "compiled in\|captured" "$OUT/serve_$1.log" | head -3
-    $I bench http://127.0.0.1:8000 --workload $W --inputs-per-request 32 --concurrency 8 --workers 4 --duration $S --warmup 3 --out /tmp/b32 2>&1 | tail -2
+    $I bench http://127.0.0.1:8000 --workload $W --inputs-per-request 32 --concurrency 8 --workers 4 --duration $S --warmup 3 --ceiling "$OUT/ceiling_art_$WHICH.json" --out /tmp/b32 2>&1 | tail -3
     cp /tmp/b32/bench.json "$OUT/bench32_$WHICH.json"
   fi
   kill -TERM $SRV; wait $SRV
 }
 if [ -z "${SKIP_SERVE:-}" ]; then
   [ -n "${FRESH_CACHE:-}" ] && TORCHINDUCTOR_CACHE_DIR=/tmp/fresh_inductor serve_once fresh  # only the artifact's kernels
-  serve_once warm   # inductor's cache as the tune left it
   $I serve $ART --device cuda --ceiling --workload $W --json > "$OUT/ceiling_art_$WHICH.json"
+  serve_once warm   # inductor's cache as the tune left it
   # the same weights run eagerly in bf16: the engine the compiled one is measured against
   E=/tmp/eager_art; rm -rf $E; cp -r $ART $E; rm -f $E/compile_cache.bin
   $PY - $E/manifest.json <<'PY'
