@@ -7,6 +7,9 @@ On a GPU each measured embedding candidate adds `peak` (Peak: achieved Linear TF
 Embeddings add `ladder`: the GEMM precision ladder measured before the quantized candidates (`status`, the device,
 the Linear `shapes`, per (M, K, N) `cells` with TFLOP/s and `ratio` to the 16-bit base, `expected_speedup` per
 quantized kind, the `decisions` on the candidates, `seconds`).
+Embeddings add `predicted_vs_measured`: plan's prediction for this host beside what the winner measured, one row
+per quantity (`quantity`, `unit`, `predicted`, `measured`, `error_pct` = (predicted - measured) / measured x 100,
+`note`).
 """
 
 from __future__ import annotations
@@ -182,6 +185,17 @@ class CandidateResult(BaseModel):
     peak: Peak | None = None
 
 
+class PlanVsMeasured(BaseModel):
+    """One of plan's predictions for this host beside the tune's measurement of it (plan/measured.py)."""
+
+    quantity: str  # "tokens/s bound", "items/s bound", "weight memory", "peak memory"
+    unit: str  # "tokens/s", "items/s", "MiB"
+    predicted: float | None = None
+    measured: float | None = None
+    error_pct: float | None = Field(None, description="(predicted - measured) / measured x 100")
+    note: str = ""  # what was predicted from, what was measured, what the model leaves out
+
+
 class EnvFingerprint(BaseModel):
     hostname: str = ""
     os: str = ""
@@ -250,3 +264,6 @@ class TuneResult(BaseModel):
     # embeddings: the GEMM precision ladder timed at the model's Linear shapes before the quantized candidates, and
     # what it decided for them (tasks/embedding/ladder.py: status, shapes, cells, expected_speedup, decisions)
     ladder: dict[str, Any] = {}
+    # embeddings: plan's prediction for this host (throughput bounds, weight and peak memory) beside the winner's
+    # measurement, each with its error in percent (plan/measured.py)
+    predicted_vs_measured: list[PlanVsMeasured] = []

@@ -164,3 +164,29 @@ def test_gpu_tune_report_shows_each_candidates_share_of_the_peak(browser, tmp_pa
     raw = page.screenshot()
     _small_png(raw, _shot_dir(tmp_path) / "tune-gpu-peak.png")
     page.close()
+
+
+def test_tune_report_shows_predicted_vs_measured(browser, tmp_path):
+    """The recorded AMX tune with plan's prediction beside its winner's measurement (computed as tune computes it):
+    the "Predicted vs measured" table is on screen with one row per quantity, each with its figures and error."""
+    from infertune.tasks.embedding.report import write_report
+
+    res = inputs.tune_with_predicted()
+    html_path = write_report(res, tmp_path / "tune-predicted.html")
+    page = browser.new_page(viewport={"width": WIDTH, "height": 900})
+    page.goto(html_path.as_uri(), wait_until="load")
+    heading = page.locator("h2#predicted")
+    assert heading.count() == 1 and heading.is_visible() and heading.inner_text() == "Predicted vs measured"
+    tbl = page.locator("h2#predicted + p + table")
+    tbl.scroll_into_view_if_needed()
+    assert tbl.is_visible()
+    rows = tbl.locator("tr:has(td)")
+    assert rows.count() == len(res.predicted_vs_measured) == 4
+    for i, want in enumerate(res.predicted_vs_measured):
+        text = " ".join(rows.nth(i).inner_text().split())
+        assert rows.nth(i).is_visible() and text.startswith(want.quantity), text
+        assert f"{want.error_pct:+,.0f}%" in text or f"{want.error_pct:+,.1f}%" in text, text
+    assert "316 items/s" in " ".join(rows.nth(1).inner_text().split())  # the winner's measured 315.9 items/s, rounded
+    assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH
+    _small_png(page.screenshot(), _shot_dir(tmp_path) / "tune-predicted.png")
+    page.close()

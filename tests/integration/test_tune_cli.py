@@ -45,6 +45,14 @@ def test_quick_tune_writes_contract_results_report_and_artifact(quick_run):
     assert "<svg" in html and "Pareto" in html and "http" not in html.split("<body>")[1][:200]
     assert (out / "artifact" / "manifest.json").exists()
     assert "infertune serve" in r.stderr
+    # plan's prediction for this host beside the winner's measurement, each with its error (plan/measured.py)
+    pvm = {x["quantity"]: x for x in res["predicted_vs_measured"]}
+    assert list(pvm) == ["tokens/s bound", "items/s bound", "weight memory", "peak memory"]
+    items = pvm["items/s bound"]
+    assert items["measured"] == win["items_per_s"] and items["predicted"] > 0
+    assert items["error_pct"] == pytest.approx((items["predicted"] - items["measured"]) / items["measured"] * 100)
+    assert pvm["peak memory"]["measured"] == win["measurement"]["peak_rss_mb"]
+    assert "Predicted vs measured" in html and "predicted vs measured: items/s bound" in r.stderr
 
 
 @pytest.mark.slow

@@ -37,6 +37,9 @@ def plan_cmd(
     task: Annotated[str | None, typer.Option(
         help="embed|generate: what the model is for (default: decided "
              "from its files, as tune and serve decide)")] = None,
+    calibrated_from: Annotated[Path | None, typer.Option(
+        help="a tune of this model on this GPU (--out directory or results.json): use the share of the bound "
+             "it measured instead of the spec bound")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON on stdout")] = False,
 ) -> None:
     """Weights per dtype, KV capacity at vLLM's memory fraction, max concurrency, smallest TP that fits,
@@ -56,6 +59,7 @@ def plan_cmd(
         kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization, gpu_memory_gib=gpu_memory_gib,
         max_num_batched_tokens=max_num_batched_tokens, fixed_shapes=fixed_shapes, interconnect=interconnect,
         kv_cache_memory_bytes=int(kv_cache_memory_gib * 2**30) if kv_cache_memory_gib else None,
+        calibrated_from=calibrated_from,
     ))
     con = console(stderr=as_json)
     (print_embedding if r.embedding is not None else print_generation)(con, r)
@@ -121,9 +125,18 @@ def print_embedding(con, r) -> None:
               f"{e.tokens_per_s:,.0f} tokens/s = {e.items_per_s:,.0f} items/s, {e.bound}-bound ({comp} vs "
               f"{e.batch_ms_memory:.3f} ms memory per batch; {e.flops_per_token / 1e6:.1f} MFLOP/token)  "
               "[a bound, not a measurement]", highlight=False)
+    if e.efficiency is not None:
+        con.print(f"calibrated from {e.calibrated_from}: measured {_share(e.efficiency)} of the roofline bound on this "
+                  f"host ({r.gpu['name']}): {e.calibrated_tokens_per_s:,.0f} tokens/s = "
+                  f"{e.calibrated_items_per_s:,.0f} items/s expected", highlight=False, markup=False)
     con.print(f"engine: [bold]{r.engine.name}[/] - {r.engine.reasons[0]}", highlight=False)
     for o in e.engines:
         con.print(f"[dim]{o.name}{' (chosen)' if o.chosen else ''}:[/] {o.command}", highlight=False, soft_wrap=True)
         con.print(f"[dim]  why: {o.why}[/]", highlight=False)
     for n in r.notes:
         con.print(f"[dim]note: {n}[/]", highlight=False)
+
+
+def _share(x: float) -> str:
+    """41%, 2.3% (under 10%: one decimal)."""
+    return f"{x * 100:.0f}%" if x >= 0.1 else f"{x * 100:.1f}%"

@@ -28,6 +28,7 @@ class CPU(BaseModel):
     cores: int = 1  # logical cores this process may use
     memory_gb: float = 0.0
     flags_source: str = "/proc/cpuinfo"
+    mhz: float = 0.0  # the clock /proc/cpuinfo reports for the first core (0: not reported)
 
     def has(self, *flags: str) -> bool:
         return all(f in self.flags for f in flags)
@@ -102,6 +103,7 @@ def read_cpu(flags_override: str | None = None, real: bool = False) -> CPU:
     """This host's CPU, the one place /proc/cpuinfo is read. `real`: the flags the kernels will meet, whatever
     INFERTUNE_CPU_FLAGS says (an engine's own availability check and the environment fingerprint want those)."""
     model = vendor = board = ""
+    mhz = 0.0
     flags: frozenset[str] = frozenset()
     try:
         with open("/proc/cpuinfo") as f:
@@ -116,6 +118,11 @@ def read_cpu(flags_override: str | None = None, real: bool = False) -> CPU:
                     vendor = val.strip()
                 elif key in ("flags", "Features") and not flags:
                     flags = _parse_flags(val)
+                elif key == "cpu MHz" and not mhz:
+                    try:
+                        mhz = float(val)
+                    except ValueError:
+                        pass
     except OSError:
         pass
     model = model or board or platform.processor()
@@ -135,7 +142,7 @@ def read_cpu(flags_override: str | None = None, real: bool = False) -> CPU:
     except Exception:  # noqa: BLE001
         mem = 0.0
     return CPU(model=model, vendor=vendor, flags=flags & frozenset(ISA_FLAGS) if source == "/proc/cpuinfo"
-               else flags, cores=cores, memory_gb=round(mem, 1), flags_source=source)
+               else flags, cores=cores, memory_gb=round(mem, 1), flags_source=source, mhz=mhz)
 
 
 def detect(device: str = "cpu") -> Capabilities:

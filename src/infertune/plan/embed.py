@@ -64,6 +64,11 @@ class EmbedPlan(BaseModel):
     bound: str  # compute | memory (batch_ms_compute None: no published compute peak, memory side only)
     inputs: list[str]
     engines: list[EngineOption]
+    # --calibrated-from RUN: the tune's results.json, the share of the bound its winner reached, the bound scaled by it
+    calibrated_from: str | None = None
+    efficiency: float | None = None
+    calibrated_tokens_per_s: float | None = None
+    calibrated_items_per_s: float | None = None
 
 
 def act_bytes(dtype: str) -> int:

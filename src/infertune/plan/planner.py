@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from infertune.errors import InfertuneError
 from infertune.hardware.gpu_specs import find_gpu
 from infertune.llm.checkpoint_step import CheckpointStep
 from infertune.plan.arch import DTYPE_BYTES, Arch, arch_from_config, load_config
@@ -28,6 +29,8 @@ from infertune.plan.roofline import rooflines
 
 GIB = 2**30
 DTYPES = ("bf16", "fp8", "int8", "int4")
+CALIBRATE_LM = ("--calibrated-from calibrates an embedding model's plan; a causal LM's plan has no measured bound to "
+                "scale yet: plan without it")
 
 
 class PlanConfig(BaseModel):
@@ -53,6 +56,8 @@ class PlanConfig(BaseModel):
     task: Literal["embed", "generate"] | None = Field(None, description="override the model-kind decision")
     interconnect: Literal["auto", "nvlink", "pcie"] = Field(
         "auto", description="between the GPUs of a node (nvidia-smi topo -m: NV# = nvlink); auto: SXM/HGX parts nvlink")
+    calibrated_from: Path | None = Field(None, description="a tune of this model on this GPU (its --out directory or "
+                                         "results.json): scale the throughput bound by the efficiency it measured")
 
 
 class Engine(BaseModel):
@@ -186,6 +191,10 @@ def _kind(cfg: PlanConfig):
 def _embed_result(cfg: PlanConfig, a: Arch, kind, raw: dict, g: dict, total: float, wl: dict,
                   notes: list[str], lengths: list[int]) -> PlanResult:
     e = plan_embedding(cfg, a, kind, raw, g, total, wl, notes, model_location(cfg.model), lengths)
+    if cfg.calibrated_from:
+        from infertune.plan.calibrate import apply, calibration
+
+        apply(e["embedding"], calibration(cfg.calibrated_from, cfg.model, a, g), e["dtype"], notes)
     return PlanResult(
         model=str(cfg.model), gpu=g, context=e["context"], concurrency=cfg.concurrency or 1, dtype=e["dtype"],
         kv_cache_dtype="none", params=a.params(), params_active=a.params(active=True),
@@ -211,6 +220,8 @@ def plan(cfg: PlanConfig) -> PlanResult:
     wl, prompts, outs, how = _workload(cfg, notes)
     if kind.task == "embed":
         return _embed_result(cfg, a, kind, raw, g, total, wl, notes, prompts)
+    if cfg.calibrated_from:
+        raise InfertuneError(CALIBRATE_LM)
     context = _context(cfg, a, wl, prompts, outs, notes)
     conc = cfg.concurrency or 1
     big = total >= 70 * GIB and "a100" not in g["name"].lower()  # vLLM's serve defaults (EngineArgs.get_batch_defaults)

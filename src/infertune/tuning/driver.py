@@ -104,6 +104,7 @@ def run(cfg: TuneConfig, make_task, quiet: bool = False, candidates: list | None
     try:
         _search(run, task, steps, result, out)
         decide(task, result, cfg.tie_margin, task.drift)
+        task.compare_with_plan(result)
         _finish_log(run, result)
         write(result, out)
         if cfg.write_artifact and result.winner is not None:

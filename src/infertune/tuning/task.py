@@ -154,6 +154,9 @@ class Task:
         """CLI flags that would admit `r`'s accuracy."""
         return ""
 
+    def compare_with_plan(self, result: TuneResult) -> None:
+        """After the decision: record plan's prediction for this host beside the winner's measurement."""
+
     def save_artifact(self, run, result: TuneResult, out: Path) -> None:
         pass
 

@@ -208,6 +208,12 @@ def _ladder_section(result: TuneResult) -> str:
             f"{table(head, rows)}{f'<ul>{dec}</ul>' if dec else ''}")
 
 
+def _predicted_vs_measured(result: TuneResult) -> str:
+    from infertune.tasks.embedding.plan_report import predicted_section
+
+    return predicted_section(result)
+
+
 def write_report(result: TuneResult, path: Path) -> Path:
     plots = tune_plots(result)
     w = result.workload
@@ -220,6 +226,7 @@ def write_report(result: TuneResult, path: Path) -> Path:
 <h2>Decision</h2><p>{'<br>'.join(e(x) for x in result.decision)}</p>
 <h2>Candidates</h2>{_tables(result)}
 {_peak_table(result)}
+{_predicted_vs_measured(result)}
 {_accuracy_sections(result)}
 {_ladder_section(result)}
 {sections}

@@ -326,6 +326,11 @@ class EmbeddingTask(Task):
                 f"{win.accuracy.cosine_mean:.5f}, min {win.accuracy.cosine_min:.5f}.")
 
     # --- outputs -------------------------------------------------------------------------------
+    def compare_with_plan(self, result: TuneResult) -> None:
+        from infertune.tasks.embedding.plan_report import record
+
+        record(result, self.spec.path, self.cfg.device, self.cfg.threads, self.console)
+
     def save_artifact(self, run, result: TuneResult, out: Path) -> None:
         from infertune.tasks.embedding.artifact import write_manifest
         from infertune.tuning.worker import WorkerFailed
