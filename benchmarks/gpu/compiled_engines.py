@@ -77,13 +77,13 @@ def main(model: str, workload: str, specs: list[str], rounds: int = 5) -> None:
         except Exception:  # noqa: BLE001
             print(f"{s} FAILED\n{traceback.format_exc()[-3000:]}", flush=True)
     for _ in range(rounds):  # interleaved
-        for s, (emb, bs, n, rec, walls) in got.items():
+        for emb, bs, _n, _rec, walls in got.values():
             walls.append(one_pass(emb, bs))
     base = None
     print(f"\n{torch.cuda.get_device_name()} | {len(texts)} texts, packed batches of <= 16,384 tokens, n={rounds}")
     print("| engine | items/s median (range) | vs first | compile s (cache) | packed | shapes captured |")
     print("|---|---:|---:|---:|---|---:|")
-    for s, (emb, bs, n, rec, walls) in got.items():
+    for s, (emb, _bs, n, rec, walls) in got.items():
         rates = [n / w for w in walls]
         med = statistics.median(rates)
         base = base or med

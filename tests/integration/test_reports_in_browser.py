@@ -189,4 +189,21 @@ def test_tune_report_shows_predicted_vs_measured(browser, tmp_path):
     assert "316 items/s" in " ".join(rows.nth(1).inner_text().split())  # the winner's measured 315.9 items/s, rounded
     assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH
     _small_png(page.screenshot(), _shot_dir(tmp_path) / "tune-predicted.png")
+
+
+def test_tune_report_shows_the_kernels_that_ran(browser, tmp_path):
+    """The kernels section (one profiled batch per engine: weight GEMMs by data type) is on screen, one row per
+    engine, and the page stays within the window."""
+    from infertune.tasks.embedding.report import write_report
+
+    res = inputs.tune_with_kernels()
+    page = browser.new_page(viewport={"width": WIDTH, "height": 900})
+    page.goto(write_report(res, tmp_path / "tune-kernels.html").as_uri(), wait_until="load")
+    heading = page.locator("h2#kernels")
+    assert heading.count() == 1 and heading.is_visible() and "Kernels that ran" in heading.inner_text()
+    tbl = page.locator("h2#kernels + p + table")
+    tbl.scroll_into_view_if_needed()
+    assert tbl.is_visible() and "GEMMs (weights)" in tbl.locator("tr").first.inner_text()
+    assert tbl.locator("tr:has(td)").count() >= 2 and "36 fp32" in tbl.inner_text()
+    assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH
     page.close()

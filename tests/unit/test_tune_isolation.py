@@ -68,3 +68,20 @@ def test_misbehaving_candidates_are_recorded_and_run_continues(tmp_path):
     assert s["stages"][0]["ended_s"] <= s["stages"][1]["started_s"]  # the reference's verification, then the probes
     assert {"prepare", "verify", "probe"} <= set(s["cost_s"]) and s["candidates"][res.reference]["cost_s"]["verify"] > 0
     assert saved["wall_s"] <= 1.1 * BUDGET
+
+
+@pytest.mark.slow
+def test_an_int8_candidate_whose_engine_ran_fp32_gemms_is_rejected_by_tune(tmp_path):
+    """Through the loop: the worker profiles one batch after preparing, results.json keeps the kernel mix, and
+    verification rejects the candidate named int8 that ran fp32 GEMMs, naming the count."""
+    lying = Candidate(backend="fake", precision="int8", options=(("gemms", "fp32:36"),), batching=B)
+    cfg = TuneConfig(quick=True, rounds=1, confirm_rounds=1, max_eval_items=48, out=tmp_path, write_artifact=False,
+                     sensitivity=False, candidate_timeout_s=120, time_budget_s=BUDGET)
+    res = tune(cfg, quiet=True, candidates=[lying])
+    got = next(c for c in res.candidates if c.name == lying.id)
+    assert got.status == "rejected" and got.reason.startswith("int8 requested, 0 of 36 GEMMs ran int8"), got.reason
+    saved = {c["name"]: c for c in json.loads((tmp_path / "results.json").read_text())["candidates"]}
+    assert saved[lying.id]["executed"]["kernels"]["gemms"] == {"fp32": 36}
+    ref = saved[res.reference]["executed"]["kernels"]  # the real fp32 reference: its Linear layers, profiled
+    assert ref["source"] == "torch.profiler" and ref["gemms"] == {"fp32": ref["total"]} and ref["total"] > 0
+    assert 'id="kernels"' in (tmp_path / "report.html").read_text()

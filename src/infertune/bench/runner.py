@@ -7,8 +7,8 @@ import datetime as dt
 import math
 import time
 from collections.abc import Callable
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from infertune.bench import profiles
 from infertune.bench.config import BenchConfig

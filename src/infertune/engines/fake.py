@@ -38,6 +38,7 @@ class FakeEmbedder(Embedder):
         self.perturb = float(opts.get("perturb", "0"))
         self.perturb_over = int(opts.get("perturb_over", "0"))
         self.fail = opts.get("fail")
+        self.gemms = opts.get("gemms")
         self.rng = np.random.default_rng(0)
         self.leak_bytes = int(float(opts.get("leak_mb_per_batch", "0")) * 2**20)
         self._leaked: list[np.ndarray] = []
@@ -62,6 +63,18 @@ class FakeEmbedder(Embedder):
             noise = self.rng.normal(0, 1, (int(long.sum()), dim))
             out[long] += (self.perturb * norm * noise / np.sqrt(dim)).astype(np.float32)
         return out
+
+    def kernel_mix(self, batch: dict[str, np.ndarray]) -> dict[str, Any] | None:
+        """The GEMMs option `gemms` says ran ("fp32:36" or "int8:30,fp32:6"), standing for a real profile in tests;
+        None (nothing reported) without it."""
+        from collections import Counter
+
+        from infertune.engines.kernels import mix
+
+        if not self.gemms:
+            return None
+        counts = Counter({k: int(n) for k, n in (part.split(":") for part in self.gemms.split(","))})
+        return mix(counts, Counter(), 4 * self.spec.dim * self.spec.dim, "fake", [f"fake {k} gemm" for k in counts])
 
     def describe(self) -> dict[str, Any]:
         return {"engine": "fake", "us_per_token": self.us_per_token,

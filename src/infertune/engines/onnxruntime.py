@@ -45,6 +45,13 @@ class OrtEmbedder(Embedder):
         return {"engine": "onnxruntime", "version": ort.__version__, "providers": self.session.get_providers(),
                 "model_mb": round(self.onnx_path.stat().st_size / 2**20, 1), **self.info}
 
+    def kernel_mix(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
+        """The weight GEMMs one batch ran, by data type, from ORT's own profile (engines/kernels.py)."""
+        from infertune.engines.kernels import ort_mix
+
+        feeds = {k: v for k, v in batch.items() if k in self.inputs}
+        return ort_mix(self.onnx_path, self.session.get_providers(), feeds)
+
     def save(self, path: Path) -> dict[str, Any]:
         path.mkdir(parents=True, exist_ok=True)
         shutil.copy(self.onnx_path, path / "model.onnx")

@@ -105,6 +105,13 @@ class OpenVinoEmbedder(Embedder):
             **self.info,
         }
 
+    def kernel_mix(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
+        """The weight GEMMs (FullyConnected) the CPU plugin runs after one batch, by precision (engines/kernels.py)."""
+        from infertune.engines.kernels import openvino_mix
+
+        self.forward(batch)  # kernels are picked per shape at the first inference
+        return openvino_mix(self.compiled, self.model)
+
     def save(self, path: Path) -> dict[str, Any]:
         import openvino as ov
 

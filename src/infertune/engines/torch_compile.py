@@ -94,9 +94,9 @@ def blocks(model: Any) -> Any:
 
     best = None
     for _, m in model.named_modules():
-        if isinstance(m, torch.nn.ModuleList) and len(m) >= MIN_BLOCKS and len({type(b) for b in m}) == 1:
-            if best is None or len(m) > len(best):
-                best = m
+        if (isinstance(m, torch.nn.ModuleList) and len(m) >= MIN_BLOCKS and len({type(b) for b in m}) == 1
+                and (best is None or len(m) > len(best))):
+            best = m
     return best
 
 

@@ -83,6 +83,12 @@ class TorchEmbedder(Embedder):
             "threads": torch.get_num_threads(), "keep_high": list(self.candidate.keep_high),
         }
 
+    def kernel_mix(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
+        """The weight GEMMs one batch ran, by data type, and the weight bytes (engines/kernels.py)."""
+        from infertune.engines.kernels import torch_mix
+
+        return torch_mix(lambda b: TorchEmbedder.forward(self, b), batch, self.model)  # not a graph replay
+
     def save(self, path: Path) -> dict[str, Any]:
         """Save weights in the candidate's float dtype plus tokenizer; quantization is re-applied at load
         from the recipe in the manifest (it is deterministic and takes seconds)."""

@@ -50,6 +50,10 @@ def print_summary(result: TuneResult) -> None:
         con.print(f"  {line}", highlight=False)
     for line in result.decision:
         con.print(line, highlight=False)
+    if result.winner is not None and (mix := (result.winner.executed or {}).get("kernels")):
+        from infertune.tasks.embedding.kernels import gemm_line
+
+        con.print(f"Winner's weight GEMMs: {gemm_line(mix)} ({mix.get('source')}).", highlight=False)
     if result.winner is not None and (line := peak_line(result.winner)):
         con.print(f"Winner's share of the GPU: {line}.", highlight=False)
     print_search(result, con)
@@ -214,6 +218,31 @@ def _predicted_vs_measured(result: TuneResult) -> str:
     return predicted_section(result)
 
 
+def _kernels_section(result: TuneResult) -> str:
+    """The kernels that ran, per candidate with a profile: its weight GEMMs by data type, the attention GEMMs,
+    the weight bytes and the kernels' names (tasks/embedding/kernels.py judges the quantized ones)."""
+    from infertune.tasks.embedding.kernels import gemm_line
+
+    rows, seen = [], set()
+    for n, r in numbered(result):
+        mix = (r.executed or {}).get("kernels")
+        if not mix or r.status in ("skipped", "failed"):
+            continue
+        key = json.dumps(mix, sort_keys=True) + r.name.rsplit("/", 1)[0]
+        if key in seen:  # a batching variant of an engine already listed
+            continue
+        seen.add(key)
+        att = ", ".join(f"{v} {k}" for k, v in (mix.get("attention") or {}).items()) or "-"
+        rows.append([str(n), e(r.name), e(gemm_line(mix)), e(att), _f(mix.get("weight_bytes", 0) / 2**20, "{:.1f}"),
+                     e(mix.get("source", "-")), e(", ".join(mix.get("examples", [])) or mix.get("error", "-"))])
+    if not rows:
+        return ""
+    head = ["#", "candidate", "GEMMs (weights)", "attention GEMMs", "weights MB", "source", "kernels"]
+    return ('<h2 id="kernels">Kernels that ran</h2><p class="note">One profiled batch per engine: the weight GEMMs '
+            "by the data type they computed in. A quantized candidate whose GEMMs mostly did not run its kind is "
+            f"rejected.</p>{table(head, rows, left=2)}")
+
+
 def write_report(result: TuneResult, path: Path) -> Path:
     plots = tune_plots(result)
     w = result.workload
@@ -225,6 +254,7 @@ def write_report(result: TuneResult, path: Path) -> Path:
 {_card(result)}
 <h2>Decision</h2><p>{'<br>'.join(e(x) for x in result.decision)}</p>
 <h2>Candidates</h2>{_tables(result)}
+{_kernels_section(result)}
 {_peak_table(result)}
 {_predicted_vs_measured(result)}
 {_accuracy_sections(result)}

@@ -174,6 +174,7 @@ class EmbeddingTask(Task):
 
     def verify(self, worker, cand) -> tuple[Accuracy, bool, str]:
         """Cosine and top-10 vs the reference (verified first), pooled and per length bucket; the task metrics."""
+        from infertune.tasks.embedding import kernels
         from infertune.tasks.embedding.dimensions import judged_dims
         from infertune.tasks.embedding.verify import compare, unit, within_budget
 
@@ -189,6 +190,8 @@ class EmbeddingTask(Task):
             acc.task = self.task_eval.score(
                 lambda t: unit(worker.call("embed", batching=batching, texts=list(t))[:, :d]))
         ok, why = within_budget(acc, self.cfg.accuracy)
+        if kernels.requested(cand) and (bad := kernels.verdict(cand, worker.call("kernels"))):
+            ok, why = False, "; ".join(x for x in (bad, why) if x)  # quantized in name only: its speed is not int8's
         return acc, ok, why
 
     def refine(self, run, cand, probe: Probe, share_s: float) -> list:

@@ -41,6 +41,9 @@ def serve(conn, job: dict[str, Any]) -> None:
         from infertune.engines.torch_compile import warm_compile
 
         record["compile"] = warm_compile(emb)
+    from infertune.tasks.embedding.kernels import record as kernel_record
+
+    kernels = kernel_record(emb, texts)  # one profiled batch: the GEMMs that ran, after any compile
 
     def embed(args: dict[str, Any]) -> Any:
         return emb.embed(_subset(texts, args), Batching.model_validate(args["batching"]), pooled=True)
@@ -66,5 +69,7 @@ def serve(conn, job: dict[str, Any]) -> None:
             gpu = torch.cuda.max_memory_allocated() / 2**20
         return {"passes": passes, "peak_rss_mb": peak_rss_mb(), "peak_gpu_mb": gpu}
 
-    conn.send(("ok", {"prepare_s": time.perf_counter() - t0, "executed": emb.describe(), "record": record}))
-    answer_commands(conn, {"embed": embed, "measure": measure, "save": lambda args: emb.save(Path(args["path"]))})
+    executed = emb.describe() if kernels is None else {**emb.describe(), "kernels": kernels}
+    conn.send(("ok", {"prepare_s": time.perf_counter() - t0, "executed": executed, "record": record}))
+    answer_commands(conn, {"embed": embed, "measure": measure, "save": lambda args: emb.save(Path(args["path"])),
+                           "kernels": lambda args: kernels})

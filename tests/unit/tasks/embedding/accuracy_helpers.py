@@ -29,8 +29,12 @@ class EngineWorker:
         self.emb = FakeBackend.prepare(SPEC, cand, "cpu", workdir=None)
         self.texts, self.transform = list(texts), transform
 
-    def call(self, cmd: str, batching: dict, subset: list[int] | None = None, texts: list[str] | None = None,
-             **_) -> np.ndarray:
+    def call(self, cmd: str, batching: dict | None = None, subset: list[int] | None = None,
+             texts: list[str] | None = None, **_) -> np.ndarray:
+        if cmd == "kernels":  # the one profiled batch the worker records after preparing
+            from infertune.tasks.embedding.kernels import record
+
+            return record(self.emb, self.texts)
         assert cmd == "embed"
         sel = texts if texts is not None else self.texts if subset is None else [self.texts[i] for i in subset]
         vec = self.emb.embed(sel, Batching.model_validate(batching), pooled=True)
