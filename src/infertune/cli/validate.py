@@ -44,6 +44,8 @@ Drills:
   stall        SIGSTOP the worker: the queue fills, new requests get 429 at once, healthy after
   burst        --burst-factor (10) x peak for --burst: 429s instead of unbounded latency, healthy after
   oom-guard    oversized requests get 4xx, the largest legal batch is answered
+  finite-output  workload texts and adversarial inputs (long repeats, odd unicode, empty-ish), alone and
+               together: no NaN or Inf answered, no input refused as non-finite
 
 \b
 Examples:
@@ -99,7 +101,7 @@ def validate_cmd(
         "back off 10% a step until one meets --slo; the soak runs there. Default: soak/4 "
         "within 5-60 s when the peak is searched, none with --peak; 0 = off")] = None,
     faults: Annotated[str, typer.Option(
-        help="kill-worker,stall,burst,oom-guard (or none)")] = D["faults"],
+        help="kill-worker,stall,burst,oom-guard,finite-output (or none)")] = D["faults"],
     long_tail: Annotated[bool, typer.Option(
         "--long-tail/--no-long-tail", help="run the long-tail drill")] = D["long_tail"],
     workload: Annotated[Path | None, typer.Option(help="JSONL requests (default: the built-in sample)")] = None,

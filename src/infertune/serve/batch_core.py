@@ -37,7 +37,7 @@ import numpy as np
 
 from infertune.batching import ASYNC_DEPTH, PAD_MULTIPLE, bucket_rows, fit_line, plan_batches, plan_by_cost, plan_packed
 from infertune.config import Batching
-from infertune.serve.errors import BatchFailed, to_wire
+from infertune.serve.errors import BatchFailed, nonfinite, to_wire
 
 log = logging.getLogger("infertune.serve")
 BEAT_S = 0.25  # the longest a busy core leaves a frontend without a message (see _beat)
@@ -46,10 +46,26 @@ BEAT_S = 0.25  # the longest a busy core leaves a frontend without a message (se
 class _Window:
     """The rows of one window, filled batch by batch (by the answer thread when there is one)."""
 
-    __slots__ = ("out", "failed", "err")
+    __slots__ = ("out", "failed", "err", "bad")
 
     def __init__(self, out: np.ndarray, failed: np.ndarray):
         self.out, self.failed, self.err = out, failed, None
+        self.bad: np.ndarray | None = None  # per row: 0 finite, 1 NaN, 2 Inf (None: every row so far finite)
+
+
+def nonfinite_rows(rows: np.ndarray) -> np.ndarray | None:
+    """Which rows of a batch's output hold NaN (1) or only Inf (2), 0 for a finite row; None when all are finite.
+    The serving path pays one sum over the batch: a NaN or Inf anywhere makes it non-finite (an overflow of the
+    sum alone only costs the per-row check, which then finds nothing)."""
+    with np.errstate(all="ignore"):
+        if np.isfinite(rows.sum()):
+            return None
+        bad = ~np.isfinite(rows).all(axis=1)
+        if not bad.any():
+            return None
+        kind = np.zeros(len(rows), dtype=np.uint8)
+        kind[bad] = np.where(np.isnan(rows[bad]).any(axis=1), 1, 2)
+    return kind
 
 
 class Chunk:
@@ -242,12 +258,16 @@ class BatchCore:
             self._last_done = now
             self.m.stage_seconds.labels("forward").observe(took)
             self.timings.append((float(ran), took))
-            win.out[idx] = self.emb.postprocess(pooled[:len(idx)])
+            got = pooled[:len(idx)]
+            if (kind := nonfinite_rows(got)) is not None:  # never answered: their requests get a NonFinite
+                self._nonfinite(win, idx, kind)
+                got = np.where(kind[:, None] > 0, np.float32(0), got)  # (zeros: normalising them is quiet)
+            win.out[idx] = self.emb.postprocess(got)
             self.m.observe_batch(len(idx), ran, real)
             self.batches += 1
             if self.batches % 32 == 0 and len(self.timings) >= 4:
                 self.cost = fit_line(self.timings)
-        self._answer(due, win.out, win.failed, win.err)
+        self._answer(due, win)
         self._beat()
 
     def _beat(self) -> None:
@@ -267,6 +287,15 @@ class BatchCore:
         self.m.batch_failures.inc()
         win.failed[idx] = True
         win.err = to_wire(BatchFailed(f"the batch holding this request failed: {type(e).__name__}: {e}"))
+
+    def _nonfinite(self, win: _Window, idx: np.ndarray, kind: np.ndarray) -> None:
+        n = int(np.count_nonzero(kind))
+        self.m.nonfinite_rows.inc(n)
+        if win.bad is None:
+            win.bad = np.zeros(len(win.failed), dtype=np.uint8)
+        win.bad[idx] = kind
+        log.warning("%d of %d rows of a batch had NaN or Inf values: not returned, their requests get a 500", n,
+                    len(idx))
 
     def _answer_loop(self) -> None:
         while (item := self._q.get()) is not None:
@@ -294,18 +323,21 @@ class BatchCore:
             batch["token_type_ids"] = np.zeros_like(ids)
         return batch
 
-    def _answer(self, reqs: list[tuple[int, Any, int, int]], out: np.ndarray, failed: np.ndarray,
-                err: tuple | None) -> None:
+    def _answer(self, reqs: list[tuple[int, Any, int, int]], win: _Window) -> None:
         """Send each frontend one message with these requests (frontend, id, first row, end row): rows, or the
-        error of a failed batch that held one of their rows."""
+        error of a failed batch that held one of their rows, or the inputs whose rows were not finite."""
         if not reqs:
             return
         t0 = time.perf_counter()
+        out, failed, err, bad = win.out, win.failed, win.err, win.bad
         by_fe: dict[int, tuple[list, list]] = {}
         for fe, rid, a, b in reqs:
             heads, blocks = by_fe.setdefault(fe, ([], []))
             if err is not None and failed[a:b].any():
                 heads.append((rid, None, err))
+            elif bad is not None and bad[a:b].any():
+                rows = [(i, "NaN" if k == 1 else "Inf") for i, k in enumerate(bad[a:b].tolist()) if k]
+                heads.append((rid, None, to_wire(nonfinite(rows))))
             else:
                 heads.append((rid, b - a, None))
                 blocks.append((a, b))

@@ -37,7 +37,11 @@ class TimedOut(ServeError):
     """The request took longer than the server's request timeout."""
 
 
-KINDS = {c.__name__: c for c in (Overloaded, InputTooLong, EngineDown, BatchFailed, TimedOut)}
+class NonFinite(ServeError):
+    """The engine returned NaN or Inf in a row of the request: never answered, counted in /metrics."""
+
+
+KINDS = {c.__name__: c for c in (Overloaded, InputTooLong, EngineDown, BatchFailed, TimedOut, NonFinite)}
 Wire = tuple[str, str]  # (kind, message)
 
 
@@ -48,3 +52,13 @@ def to_wire(e: ServeError) -> Wire:
 def from_wire(err: Wire) -> ServeError:
     kind, message = err
     return KINDS.get(kind, BatchFailed)(message)
+
+
+def nonfinite(rows: list[tuple[int, str]], shown: int = 8) -> NonFinite:
+    """The error of a request whose embeddings of these inputs were NaN or Inf: (index in its `input`, "NaN" or
+    "Inf") per input, in order."""
+    named = ", ".join(f"{i} ({kind})" for i, kind in rows[:shown])
+    more = f" and {len(rows) - shown} more" if len(rows) > shown else ""
+    which = f"input {named}" if len(rows) == 1 else f"inputs {named}{more}"
+    return NonFinite(f"non-finite values in the embedding of {which}; a fp16 overflow is the usual cause: try bf16 "
+                     "(tune with --candidates bf16) or fp32", param="input")

@@ -21,7 +21,7 @@ from typing import Any
 
 from infertune.errors import InfertuneError
 from infertune.serve.config import ServeConfig, Settings
-from infertune.serve.errors import BatchFailed, EngineDown, InputTooLong, Overloaded, ServeError, TimedOut
+from infertune.serve.errors import BatchFailed, EngineDown, InputTooLong, NonFinite, Overloaded, ServeError, TimedOut
 from infertune.serve.schema import ApiError
 
 log = logging.getLogger("infertune.serve")
@@ -61,6 +61,8 @@ def api_error(e: ServeError) -> ApiError:
         return ApiError(504, e.message, type="timeout", code="timeout")
     if isinstance(e, BatchFailed):
         return ApiError(500, e.message, type="server_error")
+    if isinstance(e, NonFinite):
+        return ApiError(500, e.message, type="server_error", param="input", code="nonfinite_embedding")
     return ApiError(500, e.message, type="server_error")
 
 

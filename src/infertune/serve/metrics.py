@@ -53,6 +53,8 @@ class Metrics:
         self.items = Counter("infertune_items", "Items embedded", registry=r)
         self.tokens = Counter("infertune_tokens", "Real (unpadded) tokens embedded", registry=r)
         self.batch_failures = Counter("infertune_batch_failures", "Forward passes that raised", registry=r)
+        self.nonfinite_rows = Counter("infertune_nonfinite_rows", "Embeddings with NaN or Inf values, never "
+                                      "returned (their requests got a 500 naming the input)", registry=r)
         self.ready = Gauge("infertune_ready", "1 when the model is loaded and warmed up", registry=r,
                            multiprocess_mode="livemax")
         # the supervised model worker (--worker-process); restarts stay 0 without it

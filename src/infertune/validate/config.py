@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from infertune.durations import Seconds, parse_duration  # noqa: F401  (one parser; this import path is kept)
 from infertune.results import EnvFingerprint
 
-FAULTS = ("kill-worker", "stall", "burst", "oom-guard")
-Fault = Literal["kill-worker", "stall", "burst", "oom-guard"]
+FAULTS = ("kill-worker", "stall", "burst", "oom-guard", "finite-output")
+Fault = Literal["kill-worker", "stall", "burst", "oom-guard", "finite-output"]
 class ValidateConfig(BaseModel):
     """Everything `infertune validate` needs. Thresholds are the pass/fail rules; each drill's evidence
     repeats the threshold it was judged by."""

@@ -157,6 +157,7 @@ SLO_MISSED_EXIT = 4
 def validate(cfg: ValidateConfig, log: Log | None = None) -> ValidateResult:
     from infertune.hardware.fingerprint import fingerprint
     from infertune.validate.faults import burst, kill_worker, oom_guard, stall
+    from infertune.validate.health import finite_output
     from infertune.validate.longtail import long_tail
     from infertune.validate.soak import soak
 
@@ -196,8 +197,10 @@ def validate(cfg: ValidateConfig, log: Log | None = None) -> ValidateResult:
                                               confirmed=confirmed)))
         if cfg.long_tail:
             plan.append(("long-tail", lambda: long_tail(target, api, req, peak, cfg, log)))
-        fns = {"oom-guard": oom_guard, "burst": burst, "stall": stall, "kill-worker": kill_worker}
-        for name in ("oom-guard", "burst", "stall", "kill-worker"):  # the kill last: it replaces the worker
+        fns = {"finite-output": finite_output, "oom-guard": oom_guard, "burst": burst, "stall": stall,
+               "kill-worker": kill_worker}
+        # the kill last: it replaces the worker
+        for name in ("finite-output", "oom-guard", "burst", "stall", "kill-worker"):
             if name in cfg.faults:
                 plan.append((name, lambda f=fns[name]: f(target, api, req, peak, cfg, log)))
         for name, run in plan:

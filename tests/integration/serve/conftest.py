@@ -17,16 +17,18 @@ def minilm_server():
 
 @pytest.fixture
 def fake_server(tmp_path):
-    """Factory: a real `infertune serve` of a fake-backend artifact (deterministic forward cost)."""
+    """Factory: a real `infertune serve` of a fake-backend artifact (deterministic forward cost); faults=True: with
+    the test fault plugin (serve_helpers.fault_env)."""
     from serve_helpers import write_fake_artifact
 
     started = []
 
-    def start(*flags: str, us_per_token: int = 100, headers: dict[str, str] | None = None):
+    def start(*flags: str, us_per_token: int = 100, headers: dict[str, str] | None = None, faults: bool = False):
         art = write_fake_artifact(tmp_path / f"art{len(started)}", us_per_token)
         if "--drain-s" not in flags:  # stopping takes no drain delay unless the test is about the drain
             flags = (*flags, "--drain-s", "0")
-        srv = bench.ours(str(art), *flags, capture=True, headers=headers)
+        env = fault_env(forward_fault=False) if faults else None  # the NaN fault only (see fault_env)
+        srv = bench.ours(str(art), *flags, capture=True, headers=headers, env=env)
         started.append(srv)
         return srv.wait_ready(60)
 

@@ -15,15 +15,19 @@ bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)  # type: ignore[union-attr]
 
 FAULT_MARKER = "@@inject-forward-fault@@"
+NAN_MARKER = "@@inject-nan@@"  # one word: one token of the fake backend too (none of the one-letter words')
 
 
-def fault_env() -> dict[str, str]:
-    """The environment in which a served batch holding FAULT_MARKER fails (fault_plugin/sitecustomize.py)."""
+def fault_env(forward_fault: bool = True) -> dict[str, str]:
+    """The environment in which a served batch holding FAULT_MARKER fails (unless forward_fault is False: the fake
+    backend's one-word tokens collide with its warm-up texts) and every input holding NAN_MARKER comes out of the
+    engine as NaN (fault_plugin/sitecustomize.py)."""
     import os
 
     plugin = str(Path(__file__).resolve().parent / "fault_plugin")
     path = os.pathsep.join(p for p in (plugin, os.environ.get("PYTHONPATH", "")) if p)
-    return {"INFERTUNE_TEST_FAULT_MARKER": FAULT_MARKER, "PYTHONPATH": path}
+    env = {"INFERTUNE_TEST_NAN_MARKER": NAN_MARKER, "PYTHONPATH": path}
+    return {**env, "INFERTUNE_TEST_FAULT_MARKER": FAULT_MARKER} if forward_fault else env
 
 
 def write_fake_artifact(root: Path, us_per_token: int, max_length: int = 512, dim: int = 8) -> Path:

@@ -30,7 +30,7 @@ def test_every_drill_passes_on_a_healthy_server(fake_artifact, tmp_path):
     print(r.stderr[-3000:], file=sys.stderr)
     assert r.returncode == 0, r.stderr[-3000:]
     d = _drills(out)
-    assert set(d) == {"soak", "long-tail", "kill-worker", "stall", "burst", "oom-guard"}
+    assert set(d) == {"soak", "long-tail", "kill-worker", "stall", "burst", "oom-guard", "finite-output"}
     assert all(x["passed"] for x in d.values()), {k: x["reason"] for k, x in d.items()}
     soak = d["soak"]["evidence"]
     assert soak["errors"] == 0 and soak["requests"] >= 0.9 * 32 * 6 and soak["rss_leak"] is False

@@ -72,7 +72,7 @@ def test_durations_and_config():
         parse_duration("ten minutes")
     cfg = ValidateConfig(target="http://x:1", soak_s="2m", burst_s="3s")
     assert cfg.soak_s == 120 and cfg.burst_s == 3 and cfg.is_url
-    assert ValidateConfig(target="runs/a").faults == ["kill-worker", "stall", "burst", "oom-guard"]
+    assert ValidateConfig(target="runs/a").faults == ["kill-worker", "stall", "burst", "oom-guard", "finite-output"]
 
 
 def test_cli_rejects_unknown_fault():
