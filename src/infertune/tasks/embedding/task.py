@@ -173,8 +173,10 @@ class EmbeddingTask(Task):
         return table(got)
 
     def verify(self, worker, cand) -> tuple[Accuracy, bool, str]:
-        """Cosine and top-10 vs the reference (verified first), pooled and per length bucket; the task metrics."""
+        """Cosine and top-10 vs the reference (verified first), pooled and per length bucket; the task metrics; the
+        same texts alone vs in mixed batches (invariance.py)."""
         from infertune.tasks.embedding.dimensions import judged_dims
+        from infertune.tasks.embedding.invariance import check as check_invariance
         from infertune.tasks.embedding.verify import compare, unit, within_budget
 
         batching = cand.batching.model_dump()
@@ -189,7 +191,10 @@ class EmbeddingTask(Task):
             acc.task = self.task_eval.score(
                 lambda t: unit(worker.call("embed", batching=batching, texts=list(t))[:, :d]))
         ok, why = within_budget(acc, self.cfg.accuracy)
-        return acc, ok, why
+        if getattr(cand, "backend", None) == candidates.BASELINE.backend:  # cannot win: not served, not checked
+            return acc, ok, why
+        acc.batch_invariance, still, moved = check_invariance(self, worker, cand, 1 - (acc.cosine_min or 0))
+        return (acc, ok, why) if still else (acc, False, f"{why}; {moved}" if why else moved)
 
     def refine(self, run, cand, probe: Probe, share_s: float) -> list:
         """Search the token budget against the SLO (batch_search says how)."""
