@@ -59,6 +59,9 @@ class Quant:
     # the precision ladder decides on it by that GEMM's measured speed (tasks/embedding/ladder.py). None where its
     # kernels are its own (ONNX Runtime, OpenVINO, fbgemm): torch's GEMMs would not speak for them
     gemm: dict[str, str] = field(default_factory=dict)
+    # activation scales computed from each batch (dynamic quantization): a text's answer depends on its neighbours by
+    # design, and is judged at the budget's per-text bound (tasks/embedding/invariance.py)
+    per_batch_scales: bool = False
 
 
 # dtype needs per device: bf16 needs native bf16 (else emulated and slower than fp32), fp8 compute capability 8.9
@@ -84,11 +87,13 @@ _TORCH = ("torch-eager", "torch-compile")
 _TAO = "infertune.quantize.torchao"
 QUANTS: dict[str, Quant] = {  # in this order: the mixed-precision sources and search methods are listed by it
     "ort-dynamic": Quant("ORT dynamic int8", "int8", "infertune.quantize.ort", ("onnxruntime",),
-                         rescue={"cpu": Rescue("torch.ao-dynamic", "onnxruntime", 2.0)}),
+                         per_batch_scales=True, rescue={"cpu": Rescue("torch.ao-dynamic", "onnxruntime", 2.0)}),
     "ort-static": Quant("ORT static int8", "int8", "infertune.quantize.ort", ("onnxruntime",)),
     "nncf-ptq": Quant("OpenVINO NNCF int8", "int8", "infertune.quantize.nncf", ("openvino",),
                       needs={"cpu": ("cpu-vnni",)}),  # without VNNI its int8 kernels are slower than fp32
-    "torch.ao-dynamic": Quant("torch.ao dynamic int8", "int8", "infertune.quantize.torch_ao", ("torch-eager",)),
+    "torch.ao-dynamic": Quant("torch.ao dynamic int8", "int8", "infertune.quantize.torch_ao", ("torch-eager",),
+                              per_batch_scales=True),
+    # torchao's kernels scale activations per token (PerRow, per-token int8): answers independent of the batch
     # torchao's GPU kernels take bf16 activations; on a CPU it is tried only when named (tests of the GPU path)
     "torchao-fp8": Quant("torchao fp8", "fp8", _TAO, _TORCH, needs={"cuda": ("gpu-fp8",)},
                          rescue={"cuda": Rescue("torchao-fp8", "torch-compile", 3.0)}, gemm={"cuda": "fp8"}),

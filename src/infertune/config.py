@@ -36,6 +36,10 @@ class AccuracyBudget(BaseModel):
     max_eval_drop: float = Field(0.01, ge=0, description=(
         "--eval module:function: each returned metric may be this much worse than the reference's, in the "
         "metric's own units"))
+    batch_invariance_tol: float | None = Field(None, gt=0, description=(
+        "embeddings: how far (1 - cos) a text's vector may move between embedded alone and inside mixed batches "
+        "(other neighbours, positions, padding) before the candidate is rejected; default (1 - min_cosine_mean) / "
+        "10. Engines that scale activations per batch (dynamic int8) may move up to 4x their own 1 - min cosine"))
 
 
 class LMAccuracyBudget(BaseModel):

@@ -76,6 +76,19 @@ class TaskMetric(BaseModel):
         return self.reference - self.value if self.higher_is_better else self.value - self.reference
 
 
+class BatchInvariance(BaseModel):
+    """Each sampled text embedded alone and inside mixed batches (other neighbours, positions, padding): how far its
+    vector moved (tasks/embedding/invariance.py)."""
+
+    worst_deviation: float = Field(description="largest 1 - cos between a text's alone and batched vectors")
+    n_texts: int
+    n_batches: int = Field(description="mixed batches the texts were embedded in (besides alone)")
+    worst_text_tokens: int = Field(description="token length of the text that moved most")
+    tolerance: float | None = Field(None, description="the bound it was judged against")
+    moved: list[int] = Field([], description="token lengths of the texts that moved beyond the tolerance")
+    seconds: float | None = None
+
+
 class Accuracy(BaseModel):
     """Agreement with the fp32 reference on the evaluation split (embeddings)."""
 
@@ -87,6 +100,7 @@ class Accuracy(BaseModel):
     n: int = 0
     by_bucket: list[BucketAccuracy] = []  # the same figures per length bucket of the verified texts
     task: list[TaskMetric] = []  # --eval-pairs and --eval: the user's task metrics beside the fidelity figures
+    batch_invariance: BatchInvariance | None = None  # the same texts alone vs batched (embeddings)
     # causal LMs (kind "causal-lm"): n counts scored tokens
     ppl: float | None = None
     ppl_ref: float | None = None

@@ -115,3 +115,37 @@ def test_openvino_says_why_not(setup, ov):
 
     assert OpenVino.available(Candidate(backend="openvino"), "cuda") == "OpenVINO runs on the CPU here"
     assert "nncf-ptq" in OpenVino.available(Candidate(backend="openvino", precision="int8"), "cpu")
+
+
+CPU_ENGINES = [Candidate(backend="torch-eager", precision="fp32"), Candidate(backend="torch-eager", precision="bf16"),
+               Candidate(backend="torch-eager", precision="int8", quant="torch.ao-dynamic"),
+               Candidate(backend="onnxruntime", precision="fp32"),
+               Candidate(backend="onnxruntime", precision="int8", quant="ort-dynamic"),
+               Candidate(backend="onnxruntime", precision="int8", quant="ort-static"),
+               Candidate(backend="openvino", precision="fp32"), Candidate(backend="openvino", precision="bf16"),
+               Candidate(backend="openvino", precision="int8", quant="nncf-ptq")]
+
+
+@pytest.mark.parametrize("cand", CPU_ENGINES, ids=lambda c: c.id)
+def test_real_engines_answer_alike_alone_and_batched(setup, cand):
+    """tune's batch-invariance check passes every CPU engine that runs here, with the default tolerance."""
+    from infertune.catalog import QUANTS
+    from infertune.config import AccuracyBudget
+    from infertune.registry import load_backend
+    from infertune.tasks.embedding import invariance as inv
+
+    if (why := load_backend(cand.backend).available(cand, "cpu")) is not None:
+        pytest.skip(why)
+    _, evals, _, _, ref = setup
+    emb = _prepare(setup, cand)
+    lengths = [len(x) for x in emb.tokenizer(evals, truncation=False)["input_ids"]]
+    pick = inv.sample(lengths)
+    drift = None
+    if cand.quant and QUANTS[cand.quant].per_batch_scales:  # held to its own drift from the reference
+        drift = 1 - float(_cos(ref, emb.embed(evals, pooled=True)).min())
+    got = inv.run(emb, [evals[i] for i in pick], [lengths[i] for i in pick])
+    rec, ok, why = inv.judge(got, [lengths[i] for i in pick], inv.tolerance(cand, AccuracyBudget(), drift))
+    print(f"\n{cand.id}: worst 1 - cos {rec.worst_deviation:.2e} (a text of {rec.worst_text_tokens} tokens), "
+          f"{rec.n_texts} texts in {rec.n_batches} batches, {rec.seconds:.1f} s; tolerance {rec.tolerance:.1e}")
+    assert ok, why
+    assert rec.n_texts == inv.SAMPLE and rec.worst_deviation >= 0

@@ -126,6 +126,10 @@ DropBelow = Annotated[float, typer.Option(
 KeepExports = Annotated[bool, typer.Option(
     help="keep every candidate's exported files (ONNX, quantized ONNX) in "
          "<out>/exports; by default only the winner's artifact stays")]
+BatchInvarianceTol = Annotated[float | None, typer.Option(
+    help="embeddings: reject a candidate whose vector of a text moves more than this (1 - cos) between the text "
+         "embedded alone and inside mixed batches; default (1 - --min-cosine) / 10; engines that scale "
+         "activations per batch (dynamic int8) up to 4x their own 1 - min cosine vs the reference")]
 AsJson = Annotated[bool, typer.Option("--json", help="print results.json to stdout; humans read stderr")]
 
 
@@ -142,6 +146,7 @@ def tune_cmd(
     max_recall_drop: MaxRecallDrop = D["max_recall_drop"],
     eval_fn: EvalFn = None,
     max_eval_drop: MaxEvalDrop = D["max_eval_drop"],
+    batch_invariance_tol: BatchInvarianceTol = None,
     quick: Quick = D["quick"],
     out: Out = None,
     candidates: Candidates = None,
@@ -202,7 +207,8 @@ def _tune_config(f: dict[str, Any]) -> TuneConfig:
         model=f["model"], workload=f["workload"], device=f["device"], slo=SLO(p99_ms=f["slo_p99_ms"]),
         accuracy=AccuracyBudget(min_cosine_mean=f["min_cosine"], min_cosine_min=f["min_cosine_min"],
                                 min_topk_overlap=f["min_topk_overlap"], min_bucket_items=f["min_bucket_items"],
-                                max_recall_drop=f["max_recall_drop"], max_eval_drop=f["max_eval_drop"]),
+                                max_recall_drop=f["max_recall_drop"], max_eval_drop=f["max_eval_drop"],
+                                batch_invariance_tol=f["batch_invariance_tol"]),
         eval_pairs=f["eval_pairs"], eval_fn=f["eval_fn"], quick=f["quick"], out=f["out"],
         candidates=[c.strip() for c in candidates.split(",") if c.strip()] if candidates else None,
         rounds=f["rounds"], confirm_rounds=f["confirm_rounds"], tie_margin=f["tie_margin"], threads=f["threads"],

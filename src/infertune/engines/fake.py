@@ -2,7 +2,9 @@
 a configurable per-token cost, optional failure or noise, noise on long inputs only (`perturb` relative to the
 vector's norm, on texts of more than `perturb_over` tokens: a precision that drifts on long documents), and an
 optional memory leak (`leak_mb_per_batch`: each forward pass keeps that much written memory forever, for the soak
-drill's slope check). Never used for real results."""
+drill's slope check), and answers that depend on the batch (`batch_noise`, relative to the norm, seeded by the batch;
+with `base=<backend>` on that real engine's vectors, so the accuracy check passes and the batch check must catch it).
+Never used for real results."""
 
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ class FakeEmbedder(Embedder):
         self.us_per_token = float(opts.get("us_per_token", "1"))
         self.noise = float(opts.get("noise", "0"))
         self.perturb = float(opts.get("perturb", "0"))
+        self.batch_noise = float(opts.get("batch_noise", "0"))
         self.perturb_over = int(opts.get("perturb_over", "0"))
         self.fail = opts.get("fail")
         self.gemms = opts.get("gemms")
@@ -57,6 +60,8 @@ class FakeEmbedder(Embedder):
                 out[r, int(t) % dim] += 1.0
         if self.noise:
             out += self.rng.normal(0, self.noise, out.shape).astype(np.float32)
+        if self.batch_noise:
+            out = batch_noise(out, ids, self.batch_noise)
         if self.perturb:
             long = batch["attention_mask"].sum(1) > self.perturb_over
             norm = np.linalg.norm(out[long], axis=1, keepdims=True)
@@ -81,6 +86,28 @@ class FakeEmbedder(Embedder):
                 "leak_mb_per_batch": self.leak_bytes / 2**20}
 
 
+def batch_noise(out: np.ndarray, ids: np.ndarray, rel: float) -> np.ndarray:
+    """`out` plus noise of `rel` times each row's norm, seeded by the whole batch's ids: the same batch always gets the
+    same vectors, a text in another batch (other neighbours, position or padding) another answer."""
+    import zlib
+
+    rng = np.random.default_rng(zlib.crc32(np.ascontiguousarray(ids, dtype=np.int64).tobytes()))
+    noise = rng.normal(0, 1, out.shape) / np.sqrt(out.shape[1])
+    return (out + rel * np.linalg.norm(out, axis=1, keepdims=True) * noise).astype(np.float32)
+
+
+def _wrapped(spec: EmbeddingSpec, candidate: Candidate, device: str, workdir: Path, calibration: Sequence[str]):
+    """option base=<backend>: that real engine (fp32), its vectors given `batch_noise`: a model's answers, as close to
+    the reference as the noise lets them, that depend on what each text was batched with."""
+    from infertune.registry import load_backend
+
+    base = candidate.option("base")
+    emb = load_backend(base).prepare(spec, Candidate(backend=base), device, workdir, calibration)
+    rel, inner = float(candidate.option("batch_noise") or 0), emb.forward
+    emb.forward = lambda batch: batch_noise(inner(batch), batch["input_ids"], rel)
+    return emb
+
+
 class FakeBackend(Backend):
     name = "fake"
 
@@ -100,4 +127,6 @@ class FakeBackend(Backend):
             os._exit(3)
         if how == "hang":
             time.sleep(3600)
+        if candidate.option("base"):
+            return _wrapped(spec, candidate, device, workdir, calibration)
         return FakeEmbedder(spec, candidate)

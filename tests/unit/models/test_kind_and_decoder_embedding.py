@@ -142,8 +142,8 @@ def test_tune_verifies_on_the_dimensions_asked_for(dims, want_ok):
     got = np.array([[1.0, 0.0, -5.0, 1.0], [0.0, 1.0, 5.0, -2.0]], dtype=np.float32)  # same first 2, not the rest
 
     class Worker:
-        def call(self, *a, **k):
-            return got
+        def call(self, cmd, **k):
+            return {"worst": [0.0, 0.0], "n_batches": 2} if cmd == "invariance" else got
 
     acc, ok, _ = task.verify(Worker(), SimpleNamespace(batching=SimpleNamespace(model_dump=dict)))
     assert ok is want_ok and (acc.cosine_min == pytest.approx(1.0) if dims else acc.cosine_min < 0.5)

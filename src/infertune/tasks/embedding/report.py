@@ -104,7 +104,7 @@ def _card(result: TuneResult) -> str:
 def _tables(result: TuneResult) -> str:
     limit, win = slo_limit(result), result.winner.name if result.winner else None
     head = ["#", "candidate", "status", "items/s (best, n)", "range", "vs naive", "P99 ms (SLO)", "P50 ms",
-            "peak MB", "cos mean", "cos min", "reason"]
+            "peak MB", "cos mean", "cos min", "batch 1-cos", "reason"]
     budget = result.config.get("accuracy") or {}
     rows, classes, cells, more = [], [], [], []
     for n, r in numbered(result):
@@ -121,10 +121,10 @@ def _tables(result: TuneResult) -> str:
                      _f(r.speedup_vs_baseline, "{:.2f}x"),
                      (f"&#10007; {p99:.1f}" if miss else _f(p99)) if p99 is not None else "-",
                      _f(r.latency_ms.p50), _f(mem, "{:.0f}") if mem else "-",
-                     _f(r.accuracy.cosine_mean, "{:.5f}"), _f(r.accuracy.cosine_min, "{:.5f}"), e(r.reason)])
+                     _f(r.accuracy.cosine_mean, "{:.5f}"), _f(r.accuracy.cosine_min, "{:.5f}"), _moved(r), e(r.reason)])
         classes.append("winner" if r.name == win else r.status)
         cells.append(["", "", "", "", "", "", "miss" if miss else "", "", "", "miss" if cos_miss else "",
-                      "miss" if cos_miss else "", "l"])
+                      "miss" if cos_miss else "", "miss" if _moves(r) else "", "l"])
         more.append([str(n), e(r.name), e(r.stage or "-"), _f(r.time_s, "{:.0f}"),
                      _f(m.items_per_s_median) if m else "-",
                      _f(r.latency_ms.p95), _f(r.latency_ms.p99), _f(r.latency_ms.max), str(r.latency_ms.n or "-"),
@@ -134,11 +134,22 @@ def _tables(result: TuneResult) -> str:
     note = (f'<p class="note">P99 (SLO) is the figure the decision checks against the SLO of {_f(limit, "{:g}")} ms '
             "(&#10007;: over it); red cosines are under the accuracy budget "
             f"(mean {budget.get('min_cosine_mean', '-')}, "
-            f"min {budget.get('min_cosine_min', '-')}); peak MB is the worker's peak resident memory (GPU memory on a "
-            "GPU).</p>")
+            f"min {budget.get('min_cosine_min', '-')}); batch 1-cos is the worst a sampled text's vector moved between "
+            "embedded alone and inside mixed batches (neighbours, positions, padding), red over the tolerance; "
+            "peak MB is the worker's peak resident memory (GPU memory on a GPU).</p>")
     extra = table(["#", "candidate", "stage", "time s", "items/s median", "P95 ms", "pooled P99 ms", "max ms",
                    "batches n", "top-10", "prepare s", "peak RSS MB", "peak GPU MB", "why tried"], more, left=2)
     return main + note + folded("More columns: stage, cost, median, pooled P99, max, top-10, memory, why tried", extra)
+
+
+def _moves(r) -> bool:
+    b = r.accuracy.batch_invariance
+    return b is not None and bool(b.moved)
+
+
+def _moved(r) -> str:
+    b = r.accuracy.batch_invariance
+    return "-" if b is None else f"{b.worst_deviation:.1e}"
 
 
 def _peak_table(result: TuneResult) -> str:

@@ -90,10 +90,8 @@ class EmbeddingTask(Task):
             n_accuracy=len(evals) if self.acc_idx is None else len(self.acc_idx))
         return [wl.items[i] for i in calib], [wl.items[i] for i in evals], summary
 
-    def default_budget_s(self) -> float:
-        if self.cfg.device == "cuda":  # a full GPU tune compiles several engines (fp8, int8 too)
-            return 180.0 if self.cfg.quick else 300.0
-        return 150.0 if self.cfg.quick else 300.0
+    def default_budget_s(self) -> float:  # a full GPU tune compiles several engines (fp8, int8 too)
+        return {("cuda", True): 180.0, ("cpu", True): 150.0}.get((self.cfg.device, self.cfg.quick), 300.0)
 
     def options(self, caps) -> list[Option]:
         extra = bool(self.cfg.candidates)
@@ -173,9 +171,10 @@ class EmbeddingTask(Task):
         return table(got)
 
     def verify(self, worker, cand) -> tuple[Accuracy, bool, str]:
-        """Cosine and top-10 vs the reference (verified first), pooled and per length bucket; the task metrics."""
+        """Cosine, top-10 (per bucket) and task metrics vs the reference; invariance.py; kernels.py."""
         from infertune.tasks.embedding import kernels
         from infertune.tasks.embedding.dimensions import judged_dims
+        from infertune.tasks.embedding.invariance import check as check_invariance
         from infertune.tasks.embedding.verify import compare, unit, within_budget
 
         batching = cand.batching.model_dump()
@@ -192,7 +191,10 @@ class EmbeddingTask(Task):
         ok, why = within_budget(acc, self.cfg.accuracy)
         if kernels.requested(cand) and (bad := kernels.verdict(cand, worker.call("kernels"))):
             ok, why = False, "; ".join(x for x in (bad, why) if x)  # quantized in name only: its speed is not int8's
-        return acc, ok, why
+        if getattr(cand, "backend", None) == candidates.BASELINE.backend:  # cannot win: not served, not checked
+            return acc, ok, why
+        acc.batch_invariance, still, moved = check_invariance(self, worker, cand, 1 - (acc.cosine_min or 0))
+        return (acc, ok, why) if still else (acc, False, f"{why}; {moved}" if why else moved)
 
     def refine(self, run, cand, probe: Probe, share_s: float) -> list:
         """Search the token budget against the SLO (batch_search says how)."""

@@ -1,5 +1,5 @@
 """The embedding family's job in a tune worker (infertune.tuning.worker runs it): prepare one engine, then answer
-the parent's commands (embed, measure, save) until told to stop."""
+the parent's commands (embed, measure, invariance, save) until told to stop."""
 
 from __future__ import annotations
 
@@ -69,7 +69,12 @@ def serve(conn, job: dict[str, Any]) -> None:
             gpu = torch.cuda.max_memory_allocated() / 2**20
         return {"passes": passes, "peak_rss_mb": peak_rss_mb(), "peak_gpu_mb": gpu}
 
+    def invariance(args: dict[str, Any]) -> dict[str, Any]:  # the sample alone and in mixed batches
+        from infertune.tasks.embedding.invariance import run
+
+        return run(emb, _subset(texts, args), args["lengths"])
+
     executed = emb.describe() if kernels is None else {**emb.describe(), "kernels": kernels}
     conn.send(("ok", {"prepare_s": time.perf_counter() - t0, "executed": executed, "record": record}))
-    answer_commands(conn, {"embed": embed, "measure": measure, "save": lambda args: emb.save(Path(args["path"])),
-                           "kernels": lambda args: kernels})
+    answer_commands(conn, {"embed": embed, "measure": measure, "invariance": invariance,
+                           "save": lambda args: emb.save(Path(args["path"])), "kernels": lambda args: kernels})

@@ -30,13 +30,17 @@ class EngineWorker:
         self.texts, self.transform = list(texts), transform
 
     def call(self, cmd: str, batching: dict | None = None, subset: list[int] | None = None,
-             texts: list[str] | None = None, **_) -> np.ndarray:
+             texts: list[str] | None = None, **args) -> np.ndarray | dict:
         if cmd == "kernels":  # the one profiled batch the worker records after preparing
             from infertune.tasks.embedding.kernels import record
 
             return record(self.emb, self.texts)
-        assert cmd == "embed"
         sel = texts if texts is not None else self.texts if subset is None else [self.texts[i] for i in subset]
+        if cmd == "invariance":  # the worker's check, on this engine (transformed vectors are not batch-dependent)
+            from infertune.tasks.embedding.invariance import run
+
+            return run(self.emb, sel, args["lengths"])
+        assert cmd == "embed"
         vec = self.emb.embed(sel, Batching.model_validate(batching), pooled=True)
         return vec if self.transform is None else self.transform(sel, vec)
 
@@ -61,10 +65,12 @@ class TableWorker:
     def __init__(self, table: dict[str, np.ndarray], eval_texts: Sequence[str], rel: float = 0.0):
         self.table, self.texts, self.rel = table, list(eval_texts), rel
 
-    def call(self, cmd: str, batching: dict, subset: list[int] | None = None, texts: list[str] | None = None,
-             **_) -> np.ndarray:
+    def call(self, cmd: str, batching: dict | None = None, subset: list[int] | None = None,
+             texts: list[str] | None = None, **_) -> np.ndarray | dict:
         import zlib
 
+        if cmd == "invariance":  # a text's vector is its own, whatever its batch
+            return {"worst": [0.0] * len(subset or []), "n_batches": 0}
         assert cmd == "embed"
         sel = texts if texts is not None else self.texts if subset is None else [self.texts[i] for i in subset]
         out = np.stack([self.table[t] for t in sel]).astype(np.float64)
