@@ -11,7 +11,7 @@ from typing import Any
 from infertune.config import Batching, Candidate, TuneConfig
 from infertune.registry import engine
 from infertune.results import Accuracy, CandidateResult, TuneResult, WorkloadSummary
-from infertune.tasks.embedding import batch_search, candidates
+from infertune.tasks.embedding import batch_search, candidates, held
 from infertune.tuning.task import Option, Probe, Task
 
 
@@ -341,6 +341,10 @@ class EmbeddingTask(Task):
             self.console.print(f"[yellow]artifact not written: {str(e)[:300]}[/]")
             return
         write_manifest(art, self.spec, c, result, saved)
+        try:  # what `infertune verify` needs: held texts, reference vectors, the winner's speed on them
+            held.record(self, w, c, art)
+        except WorkerFailed as e:
+            self.console.print(f"[yellow]artifact written without its verify data (or its speed figure): {str(e)[:300]}[/]")
         result.artifact = str(art)
 
     def write_report(self, result: TuneResult, path: Path) -> None:

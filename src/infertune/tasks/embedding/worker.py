@@ -66,5 +66,11 @@ def serve(conn, job: dict[str, Any]) -> None:
             gpu = torch.cuda.max_memory_allocated() / 2**20
         return {"passes": passes, "peak_rss_mb": peak_rss_mb(), "peak_gpu_mb": gpu}
 
+    def speed(args: dict[str, Any]) -> dict[str, Any]:  # the figure `infertune verify` compares with (held.py)
+        from infertune.tasks.embedding.held import measure_speed
+
+        return measure_speed(emb, list(args["texts"]), Batching.model_validate(args["batching"]), args["passes"])
+
     conn.send(("ok", {"prepare_s": time.perf_counter() - t0, "executed": emb.describe(), "record": record}))
-    answer_commands(conn, {"embed": embed, "measure": measure, "save": lambda args: emb.save(Path(args["path"]))})
+    answer_commands(conn, {"embed": embed, "measure": measure, "save": lambda args: emb.save(Path(args["path"])),
+                           "speed": speed})
