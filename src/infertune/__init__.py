@@ -31,8 +31,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from infertune.export.run import export
     from infertune.inspect import inspect_model
     from infertune.plan.planner import plan
-    from infertune.tasks.embedding.reverify import verify
     from infertune.serve.app import serve
+    from infertune.tasks.embedding.reverify import verify
     from infertune.tune import tune
     from infertune.validate.runner import validate
 else:

@@ -30,8 +30,8 @@ def _root(
     version: bool = typer.Option(False, "--version", "-V", is_eager=True, callback=_print_version,
                                  help="print infertune's version and exit"),
 ) -> None:
-    """Commands: tune, serve, bench, doctor, inspect, plan, deploy, validate, export, verify. Results go to stdout, progress and
-    logs to stderr; time flags take 90, 90s, 10m or 1h; user mistakes exit 2 with one line."""
+    """Commands: tune, serve, bench, doctor, inspect, plan, deploy, validate, export, verify. Results go to stdout,
+    progress and logs to stderr; time flags take 90, 90s, 10m or 1h; user mistakes exit 2 with one line."""
 
 
 @app.command("version")

@@ -1,7 +1,7 @@
 """`infertune verify ARTIFACT`: prove a tuned embedding artifact again in this environment. The loaded engine embeds
 the held texts (held.py) and is compared with the fp32 reference vectors tune stored, per length bucket, under the
 artifact's accuracy budget; its speed is measured the way tune measured the winner at artifact time (same function,
-same texts) and compared as a ratio; this host's fingerprint is diffed against the artifact's. verify.json has it all."""
+same texts) and compared as a ratio; this host's fingerprint is diffed against the artifact's; verify.json has all."""
 
 from __future__ import annotations
 
@@ -179,7 +179,8 @@ def _judge_speed(here: dict[str, Any], m: dict[str, Any], max_slowdown: float, s
         tune = m.get("tune") or {}
         tuned = {"items_per_s": tune.get("items_per_s"), "items_per_s_median": None, "n": None}
         note = ("compared with tune's figure on its eval split (other texts, tune's passes): a rough ratio; "
-                "without --workload verify compares like with like")
+                + ("without --workload verify compares like with like" if source != "held" else
+                   "this artifact keeps no speed figure measured the way verify measures"))
     ratio = here["items_per_s"] / tuned["items_per_s"] if tuned.get("items_per_s") else float("nan")
     med = (here["items_per_s_median"] / tuned["items_per_s_median"]) if tuned.get("items_per_s_median") else None
     return SpeedCheck(ok=ratio >= 1 - max_slowdown, ratio=round(ratio, 4),

@@ -344,7 +344,7 @@ class EmbeddingTask(Task):
         try:  # what `infertune verify` needs: held texts, reference vectors, the winner's speed on them
             held.record(self, w, c, art)
         except WorkerFailed as e:
-            self.console.print(f"[yellow]artifact written without its verify data (or its speed figure): {str(e)[:300]}[/]")
+            self.console.print(f"[yellow]no verify data (or no speed figure) in the artifact: {str(e)[:300]}[/]")
         result.artifact = str(art)
 
     def write_report(self, result: TuneResult, path: Path) -> None:
