@@ -65,20 +65,26 @@ def test_a_slower_engine_fails_naming_the_throughput_ratio(artifact, tmp_path):
     assert f"ratio {got['speed']['ratio']:.3f}x" in r.stderr and "n=10 passes" in r.stderr
 
 
-def test_perturbed_reference_vectors_fail_naming_the_bucket(artifact, tmp_path):
-    art = _copy(artifact, tmp_path)
+def _perturbed(art, tmp_path):
+    """A copy whose reference vectors of one length bucket (the last held text's) are pushed far off."""
+    art = _copy(art, tmp_path)
     with np.load(art / "held.npz") as z:
         held = dict(z)
-    bucket = held["buckets"][-1]  # the longest bucket held
+    bucket = str(held["buckets"][-1])
     rows = held["buckets"] == bucket
     rng = np.random.default_rng(0)
     held["reference"][rows] += rng.normal(0, 1, held["reference"][rows].shape).astype(np.float32) * np.linalg.norm(
         held["reference"][rows], axis=1, keepdims=True)
     np.savez(art / "held.npz", **held)
+    return art, bucket
+
+
+def test_perturbed_reference_vectors_fail_naming_the_bucket(artifact, tmp_path):
+    art, bucket = _perturbed(artifact, tmp_path)
     r, got = _verify(art, tmp_path)
     assert r.returncode == 1
     assert not got["accuracy"]["ok"]
-    assert [b["bucket"] for b in got["accuracy"]["buckets"] if not b["ok"]] == [str(bucket)]
+    assert [b["bucket"] for b in got["accuracy"]["buckets"] if not b["ok"]] == [bucket]
     assert f"texts of {bucket} tokens" in got["accuracy"]["why"] and f"{bucket} tokens" in r.stderr
 
 
@@ -91,3 +97,10 @@ def test_another_hosts_isa_flags_are_listed_and_the_artifact_still_verified(arti
     assert r.returncode == 0, r.stderr[-2000:]
     assert "ISA flags only on the artifact's host: amx_tile, avx512_bf16" in got["environment_diff"]
     assert "amx_tile, avx512_bf16" in r.stderr and got["accuracy"]["ok"]
+
+
+def test_serve_verify_refuses_to_start_naming_the_bucket(artifact, tmp_path):
+    art, bucket = _perturbed(artifact, tmp_path)
+    r = run_cli("serve", str(art), "--verify", "--port", "0", timeout=600)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "--verify" in r.stderr and f"texts of {bucket} tokens" in r.stderr and "not serving" in r.stderr
