@@ -8,7 +8,7 @@ Library: `infertune.tune(TuneConfig(...))`, `infertune.serve(ServeConfig(...))`,
 `infertune.bench(BenchConfig(...))`, `infertune.validate(ValidateConfig(...))`,
 `infertune.plan(PlanConfig(...))`, `infertune.doctor(DoctorConfig(...))`,
 `infertune.inspect_model(InspectConfig(...))`, `infertune.explain(ExplainConfig(...))`,
-`infertune.export(ExportConfig(...))`. They stay
+`infertune.export(ExportConfig(...))`, `infertune.verify(VerifyConfig(...))`. They stay
 callable after their subpackages are imported (`infertune/_api.py` says how).
 """
 
@@ -22,7 +22,7 @@ from infertune.errors import InfertuneError
 
 __version__ = "0.1.0"
 __all__ = ["InfertuneError", "__version__", "tune", "serve", "bench", "validate", "plan", "doctor", "inspect_model",
-           "explain", "deploy", "export"]
+           "explain", "deploy", "export", "verify"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from infertune.bench.runner import bench
@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from infertune.inspect import inspect_model
     from infertune.plan.planner import plan
     from infertune.serve.app import serve
+    from infertune.tasks.embedding.reverify import verify
     from infertune.tune import tune
     from infertune.validate.runner import validate
 else:

@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     "validate": ("infertune.validate.runner:validate", "infertune.validate"),
     "deploy": ("infertune.deploy.emit:deploy", "infertune.deploy"),
     "export": ("infertune.export.run:export", "infertune.export"),
+    "verify": ("infertune.tasks.embedding.reverify:verify", None),
     "inspect_model": ("infertune.inspect:inspect_model", None),
     "explain": ("infertune.doctor.explain:explain", None),
 }

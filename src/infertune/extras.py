@@ -18,6 +18,7 @@ _BENCH = [("aiohttp", "bench"), ("httptools", "bench"), ("prometheus_client", "b
 
 NEEDS: dict[str, list[tuple[str, str]]] = {
     "tune": [*_TORCH, ("matplotlib", "report")],
+    "verify": _TORCH,
     "serve": [*_SERVE, *_TORCH],
     "serve-ceiling": _TORCH,
     "bench": _BENCH,

@@ -30,8 +30,8 @@ def _root(
     version: bool = typer.Option(False, "--version", "-V", is_eager=True, callback=_print_version,
                                  help="print infertune's version and exit"),
 ) -> None:
-    """Commands: tune, serve, bench, doctor, inspect, plan, deploy, validate, export. Results go to stdout, progress and
-    logs to stderr; time flags take 90, 90s, 10m or 1h; user mistakes exit 2 with one line."""
+    """Commands: tune, serve, bench, doctor, inspect, plan, deploy, validate, export, verify. Results go to stdout,
+    progress and logs to stderr; time flags take 90, 90s, 10m or 1h; user mistakes exit 2 with one line."""
 
 
 @app.command("version")
@@ -43,7 +43,7 @@ def _version() -> None:
 
 
 # each module defines register(app); they import nothing heavy at module level
-COMMANDS = ["tune", "serve", "bench", "doctor", "inspect", "plan", "deploy", "validate", "export"]
+COMMANDS = ["tune", "serve", "bench", "doctor", "inspect", "plan", "deploy", "validate", "export", "verify"]
 for _name in COMMANDS:
     try:
         importlib.import_module(f"infertune.cli.{_name}").register(app)

@@ -13,7 +13,7 @@ from infertune.serve.config import ServeConfig
 # flags whose default ServeConfig holds -> that field (tests/unit/cli/test_cli_defaults.py holds them equal)
 CONFIG_FIELDS = {name: (ServeConfig, name) for name in (
     "model", "host", "port", "max_queue", "max_items_per_request", "request_timeout_s", "truncate",
-    "graceful_timeout_s", "drain_s", "strict_host", "log_level", "worker_process", "worker_timeout_s")}
+    "graceful_timeout_s", "drain_s", "strict_host", "verify", "log_level", "worker_process", "worker_timeout_s")}
 CONFIG_FIELDS["max_body_mb"] = (ServeConfig, "max_body_bytes", lambda b: b / (1024 * 1024))
 D = config_defaults(CONFIG_FIELDS)
 
@@ -102,6 +102,10 @@ Frontends = Annotated[int | None, typer.Option(
 Devices = Annotated[str | None, typer.Option(
     help="with --device cuda: GPUs to serve on, one engine process "
          "each, e.g. 0,1 (default: every visible GPU)")]
+VerifyFlag = Annotated[bool, typer.Option(
+    "--verify",
+    help="an artifact: before serving, embed its held texts and check them against its stored reference vectors "
+         "and accuracy budget (the accuracy half of `infertune verify`); refuse to start (exit 2) when they fail")]
 StrictHost = Annotated[bool, typer.Option(
     "--strict-host",
     help="refuse (exit 2) to serve an artifact tuned on a host that differs from this one in what "
@@ -167,6 +171,7 @@ def serve_cmd(
     frontends: Frontends = None,
     devices: Devices = None,
     strict_host: StrictHost = D["strict_host"],
+    verify: VerifyFlag = D["verify"],
     log_level: LogLevel = D["log_level"],
     worker_process: WorkerProcess = D["worker_process"],
     worker_timeout_s: WorkerTimeoutS = D["worker_timeout_s"],
@@ -234,4 +239,5 @@ def _serve_config(f: dict[str, Any]) -> ServeConfig:
         frontends=f["frontends"], devices=[d.strip() for d in devices.split(",") if d.strip()] if devices else None,
         task=f["task"], pooling=f["pooling"], prompts=parse_prompts(f["prompt"]),
         default_prompt_name=f["default_prompt_name"], cuda_graphs=f["cuda_graphs"], strict_host=f["strict_host"],
+        verify=f["verify"],
     )

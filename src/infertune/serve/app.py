@@ -58,12 +58,20 @@ def serve(config: ServeConfig) -> ServeResult:
     for mod, pkg in (("fastapi", "fastapi"), ("uvicorn", "uvicorn"), ("prometheus_client", "prometheus-client")):
         if importlib.util.find_spec(mod) is None:
             raise InfertuneError(f"serving needs {pkg}: pip install 'infertune[serve]'")
+    if config.verify and manifest is None:
+        raise InfertuneError(f"--verify checks a tuned artifact; {config.model} is not one (run `infertune tune`)")
     settings = resolve_settings(config, manifest)
     if manifest is not None:
         from infertune.serve.host_check import check_host
 
         if line := check_host(manifest, settings.device, config.strict_host):
             print(line, file=sys.stderr, flush=True)
+        if config.verify:  # before any server starts, so before /ready
+            from infertune.tasks.embedding.reverify import accuracy_gate
+
+            acc = accuracy_gate(ref.path, settings.device)
+            print(f"--verify: accuracy holds on {acc.n} held texts (mean cosine {acc.cosine_mean:.5f}, min "
+                  f"{acc.cosine_min:.5f})", file=sys.stderr, flush=True)
     name = config.served_model_name or (manifest or {}).get("model") or ref.name
     served = list(dict.fromkeys([name, config.model, Path(config.model).name]))
     from infertune.serve.engine_setup import warmup_texts

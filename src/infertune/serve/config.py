@@ -72,6 +72,9 @@ class ServeConfig(BaseModel):
     strict_host: bool = Field(False, description=(
         "refuse to serve an artifact whose tune host differs from this one in a way that changes speed or "
         "correctness (CPU features its engine uses, GPU compute capability or product, the engine's version)"))
+    verify: bool = Field(False, description=(
+        "an artifact: embed its held texts and check them against its reference vectors and accuracy budget "
+        "before serving (infertune verify's accuracy half); refuse to start when they fail"))
     log_level: str = "warning"
     worker_process: bool = False  # the model in a supervised engine process (the processes topology, 1 frontend)
     worker_timeout_s: Seconds = Field(60.0, gt=0, description="an engine process that holds requests and sends "

@@ -6,7 +6,8 @@ import inspect
 import pytest
 from typer.testing import CliRunner
 
-COMMANDS = {"tune": "tune_cmd", "serve": "serve_cmd", "bench": "bench_cmd", "validate": "validate_cmd"}
+COMMANDS = {"tune": "tune_cmd", "serve": "serve_cmd", "bench": "bench_cmd", "validate": "validate_cmd",
+            "verify": "verify_cmd"}
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

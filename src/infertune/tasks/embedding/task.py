@@ -11,7 +11,7 @@ from typing import Any
 from infertune.config import Batching, Candidate, TuneConfig
 from infertune.registry import engine
 from infertune.results import Accuracy, CandidateResult, TuneResult, WorkloadSummary
-from infertune.tasks.embedding import batch_search, candidates
+from infertune.tasks.embedding import batch_search, candidates, held
 from infertune.tuning.task import Option, Probe, Task
 
 
@@ -64,6 +64,7 @@ class EmbeddingTask(Task):
     def _workload(self) -> tuple[list[str], list[str], WorkloadSummary]:
         import numpy as np
 
+        from infertune.tasks.embedding.verify import accuracy_subset
         from infertune.workloads.buckets import histogram, stratified_split, stratified_subsample
 
         cfg = self.cfg
@@ -351,35 +352,16 @@ class EmbeddingTask(Task):
             self.console.print(f"[yellow]artifact not written: {str(e)[:300]}[/]")
             return
         write_manifest(art, self.spec, c, result, saved)
+        try:  # what `infertune verify` needs: held texts, reference vectors, the winner's speed on them
+            held.record(self, w, c, art)
+        except WorkerFailed as e:
+            self.console.print(f"[yellow]no verify data (or no speed figure) in the artifact: {str(e)[:300]}[/]")
         result.artifact = str(art)
 
     def write_report(self, result: TuneResult, path: Path) -> None:
         from infertune.tasks.embedding.report import write_report
 
         write_report(result, path)
-
-
-ACCURACY_ITEMS = 384  # texts verification embeds: enough for a 1e-4 cosine gate, bounded on a long workload
-
-
-def accuracy_subset(lengths: list[int], seed: int = 0) -> list[int] | None:
-    """Positions in the eval split that every candidate is verified on (None: all of it). The split is cut to
-    ACCURACY_ITEMS by length bucket, with every text at or over the split's 95th-percentile length kept (up to a
-    quarter of the subset): precision drifts on long texts first. Why a subset: on a GPU the eval split is up to
-    5,000 texts, and the fp32 reference and the naive baseline embedding all of it took most of a 180 s budget
-    on a long-text workload (Qwen3-Embedding-0.6B shape, p99 756 tokens)."""
-    import numpy as np
-
-    from infertune.workloads.buckets import stratified_subsample
-
-    n = len(lengths)
-    if n <= ACCURACY_ITEMS:
-        return None
-    p95 = float(np.percentile(lengths, 95))
-    tail = sorted((i for i in range(n) if lengths[i] >= p95), key=lambda i: -lengths[i])[:ACCURACY_ITEMS // 4]
-    kept = set(tail)
-    rest = [i for i in range(n) if i not in kept]
-    return sorted(tail + stratified_subsample(rest, lengths, ACCURACY_ITEMS - len(tail), seed))
 
 
 def _quiet_libraries() -> None:

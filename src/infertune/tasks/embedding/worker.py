@@ -74,7 +74,12 @@ def serve(conn, job: dict[str, Any]) -> None:
 
         return run(emb, _subset(texts, args), args["lengths"])
 
+    def speed(args: dict[str, Any]) -> dict[str, Any]:  # the figure `infertune verify` compares with (held.py)
+        from infertune.tasks.embedding.held import measure_speed
+
+        return measure_speed(emb, list(args["texts"]), Batching.model_validate(args["batching"]), args["passes"])
+
     executed = emb.describe() if kernels is None else {**emb.describe(), "kernels": kernels}
     conn.send(("ok", {"prepare_s": time.perf_counter() - t0, "executed": executed, "record": record}))
-    answer_commands(conn, {"embed": embed, "measure": measure, "invariance": invariance,
+    answer_commands(conn, {"embed": embed, "measure": measure, "invariance": invariance, "speed": speed,
                            "save": lambda args: emb.save(Path(args["path"])), "kernels": lambda args: kernels})

@@ -1,0 +1,104 @@
+"""What an embedding artifact keeps so `infertune verify` can prove it again elsewhere: held eval texts spread over
+length buckets, the fp32 reference engine's vectors on them (held.npz), and a speed figure of the winner measured
+the way verify measures (`measure_speed`, same texts), so verify compares like with like (the manifest's `verify`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+HELD_FILE = "held.npz"
+HELD_TEXTS = 64  # texts kept: a per-bucket cosine check and a speed pass of well under a second on a CPU
+SPEED_PASSES = 10  # timed passes over the held texts (after one warm-up pass)
+
+
+def pick_held(lengths: Sequence[int], n: int = HELD_TEXTS, seed: int = 0) -> list[int]:
+    """Positions of up to `n` texts taken in turn from each length bucket (workloads.buckets), so a rare long bucket
+    is held as well as the common short one."""
+    import random
+
+    from infertune.workloads.buckets import bucket_of
+
+    groups: dict[int, list[int]] = {}
+    for i, t in enumerate(lengths):
+        groups.setdefault(bucket_of(int(t)), []).append(i)
+    rng = random.Random(seed)
+    for g in groups.values():
+        rng.shuffle(g)
+    out: list[int] = []
+    while len(out) < n and any(groups.values()):
+        for b in sorted(groups):
+            if groups[b] and len(out) < n:
+                out.append(groups[b].pop())
+    return sorted(out)
+
+
+def measure_speed(emb: Any, texts: Sequence[str], batching: Any, passes: int = SPEED_PASSES,
+                  warmup: int = 1) -> dict[str, Any]:
+    """Warm up, then `passes` timed passes over `texts` (Embedder.measure_pass: tokenize, batch, forward,
+    post-process). items/s of the best pass (tasks/embedding/measure.py says why on shared CPUs), the median and
+    the range beside it, with n. tune runs this on the winner at artifact time and verify on the loaded artifact."""
+    from infertune.tasks.embedding.measure import summarize
+
+    for _ in range(warmup):
+        emb.measure_pass(list(texts), batching)
+    m = summarize([emb.measure_pass(list(texts), batching) for _ in range(passes)])
+    return {"items_per_s": round(m.items_per_s, 3), "items_per_s_median": round(m.items_per_s_median or 0, 3),
+            "spread": [round(x, 3) for x in m.items_per_s_spread], "n": m.passes, "items": m.items_per_pass,
+            "estimator": m.items_per_s_estimator, "runs": m.items_per_s_runs}
+
+
+def record(task: Any, worker: Any, cand: Any, art: Path) -> None:
+    """At artifact time: write held.npz (texts, token lengths, bucket labels, reference vectors) and the
+    manifest's `verify` section (the accuracy budget, the dims judged, the winner's speed on the held texts)."""
+    import numpy as np
+
+    from infertune.workloads.buckets import bucket_label, bucket_of
+
+    ref = task.ref_vectors
+    if ref is None:
+        return
+    lengths = task.lengths if task.acc_idx is None else [task.lengths[i] for i in task.acc_idx]
+    texts = task.evals if task.acc_idx is None else [task.evals[i] for i in task.acc_idx]
+    keep = pick_held(lengths, HELD_TEXTS, task.cfg.seed)
+    held_texts = [texts[i] for i in keep]
+    held_len = [int(lengths[i]) for i in keep]
+    np.savez(art / HELD_FILE, texts=np.array(held_texts, dtype=object).astype(str), lengths=np.array(held_len),
+             buckets=np.array([bucket_label(bucket_of(t)) for t in held_len]),
+             reference=np.asarray(ref)[keep].astype(np.float32))
+    a = task.cfg.accuracy
+    m = json.loads((art / "manifest.json").read_text())
+    m["verify"] = {
+        "file": HELD_FILE, "texts": len(held_texts), "reference": task.result.reference if task.result else None,
+        "budget": {"min_cosine_mean": a.min_cosine_mean, "min_cosine_min": a.min_cosine_min,
+                   "min_bucket_items": a.min_bucket_items},
+        "dimensions": (m.get("tune") or {}).get("accuracy_dimensions"),
+        "threads": task.cfg.threads,
+        "speed": None,  # below, once measured: the accuracy half works without it
+        "how": "held texts: up to 64 of the verified eval texts, taken in turn from each length bucket; reference: "
+               "the fp32 reference engine's pooled vectors on them; speed: the winner in its tune worker, "
+               "measured by infertune.tasks.embedding.held.measure_speed on the held texts (what verify runs)",
+    }
+    (art / "manifest.json").write_text(json.dumps(m, indent=2))
+    # a pass of 64 texts takes well under a second on an idle CPU; the timeout is for a box shared with others
+    m["verify"]["speed"] = worker.call("speed", timeout=600, batching=cand.batching.model_dump(), texts=held_texts,
+                                       passes=SPEED_PASSES)
+    (art / "manifest.json").write_text(json.dumps(m, indent=2))
+
+
+def read_held(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """held.npz as lists and arrays, or an InfertuneError saying the artifact predates verify."""
+    import numpy as np
+
+    from infertune.errors import InfertuneError
+
+    section = manifest.get("verify")
+    if not section or not (root / section.get("file", HELD_FILE)).is_file():
+        raise InfertuneError(f"{root} keeps no held texts and reference vectors (an artifact written before "
+                             "`infertune verify` existed, or with an incomplete save); re-run `infertune tune` to "
+                             "write one that can be verified")
+    with np.load(root / section.get("file", HELD_FILE)) as z:
+        return {"texts": [str(x) for x in z["texts"]], "lengths": [int(x) for x in z["lengths"]],
+                "buckets": [str(x) for x in z["buckets"]], "reference": np.asarray(z["reference"], dtype=np.float32)}
