@@ -31,13 +31,14 @@ def record(emb: Any, texts: list[str]) -> dict[str, Any] | None:
 def requested(cand: Any) -> str | None:
     """The GEMM kind a candidate asks for: its quantizer's (int8 | fp8), or its precision's; None when it asks for
     no quantized GEMMs."""
-    if cand.quant:
+    method, precision = getattr(cand, "quant", None), getattr(cand, "precision", None)
+    if method:
         from infertune.registry import quant
 
-        q = quant(cand.quant)
+        q = quant(method)
         if q is not None:
             return q.kind
-    return cand.precision if cand.precision in ("int8", "fp8") else None
+    return precision if precision in ("int8", "fp8") else None
 
 
 def verdict(cand: Any, mix: dict[str, Any] | None) -> str:
