@@ -7,7 +7,7 @@
 #   qwen3: a random-weight Qwen3-Embedding-0.6B shape (tests/unit/configs/qwen3-0.6b.json and a BPE tokenizer from
 #          $TOKENIZER, default .gpu/tokenizer) on a mixed workload with a long tail (p99 >= 700 tokens)
 #   minilm: all-MiniLM-L6-v2 ($MINILM, default: restored from .gpu/minilm) on the sample workload
-# Env: OUT (results folder, default /tmp/out), SECONDS_PER_POINT (15), SKIP_SERVE=1, WHEELS (a folder of wheels to
+# Env: OUT (results folder, default /tmp/out), CONC (bench concurrencies, default 8,32), SECONDS_PER_POINT (15), SKIP_SERVE=1, WHEELS (a folder of wheels to
 # install first, for a GPU image that lacks the [torch,serve,bench,report,gpu] extras).
 set -uo pipefail
 WHICH=${1:?qwen3 or minilm}; shift
@@ -42,7 +42,7 @@ serve_once() {  # $1 tag: start serve, time /ready and the first answer, then be
   curl -sf localhost:8000/v1/embeddings -H 'content-type: application/json' -d '{"input": ["hello"], "model": "x"}' > /dev/null
   t1=$(date +%s%N); echo "$1 first answer after $(( (t1 - t0) / 1000000 )) ms" | tee -a "$OUT/start.txt"
   if [ "$1" = warm ]; then grep -h "compiled in\|captured" "$OUT/serve_$1.log" | head -3
-    $I bench http://127.0.0.1:8000 --workload $W --inputs-per-request 32 --concurrency 8 --workers 4 --duration $S --warmup 3 --ceiling "$OUT/ceiling_art_$WHICH.json" --out /tmp/b32 2>&1 | tail -3
+    $I bench http://127.0.0.1:8000 --workload $W --inputs-per-request 32 --concurrency ${CONC:-8,32} --workers 4 --duration $S --warmup 3 --ceiling "$OUT/ceiling_art_$WHICH.json" --out /tmp/b32 2>&1 | tail -3
     cp /tmp/b32/bench.json "$OUT/bench32_$WHICH.json"
   fi
   kill -TERM $SRV; wait $SRV

@@ -43,15 +43,14 @@ def main(out: str, which: str) -> None:
               f"{'' if frac is None else f'{frac:.0%}'} | {(c.get('reason') or c.get('dropped') or '')[:90]} |")
     b = load(o / f"bench32_{which}.json")
     ca, ce = load(o / f"ceiling_art_{which}.json"), load(o / f"ceiling_eager_{which}.json")
-    if b:
-        p = b["points"][0]
+    for p in (b or {}).get("points", []):
         items = p["achieved_rps"] * 32
-        print(f"served 32 inputs/request c=8: {items:,.0f} items/s, P50 {p['latency_ms'].get('p50')} ms, "
-              f"P99 {p['latency_ms'].get('p99')} ms, valid {p['valid']}")
+        print(f"served 32 inputs/request c={(p.get('offered') or {}).get('concurrency')}: {items:,.0f} items/s, P50 "
+              f"{p['latency_ms'].get('p50')} ms, P99 {p['latency_ms'].get('p99')} ms, valid {p['valid']}")
         for name, c in (("artifact", ca), ("eager bf16", ce)):
             if c:
-                print(f"ceiling {name}: {c['items_per_s']:,.0f} items/s (n={c['n']}, {c['min']:,.0f}-{c['max']:,.0f});"
-                      f" served / this ceiling {items / c['items_per_s']:.2f}")
+                print(f"  ceiling {name}: {c['items_per_s']:,.0f} items/s (n={c['n']}, {c['min']:,.0f}-"
+                      f"{c['max']:,.0f}); served / this ceiling {items / c['items_per_s']:.2f}")
     for line in (o / "start.txt").read_text().splitlines() if (o / "start.txt").exists() else []:
         print(line)
 

@@ -62,6 +62,9 @@ class Quant:
     # activation scales computed from each batch (dynamic quantization): a text's answer depends on its neighbours by
     # design, and is judged at the budget's per-text bound (tasks/embedding/invariance.py)
     per_batch_scales: bool = False
+    # weights stored quantized, activations kept 16-bit: the GEMMs are 16-bit ones on dequantized tiles (int8) or
+    # torch's int4 kernel; the kernels check asks for `kind` only where that kernel is its own (int4)
+    weight_only: bool = False
 
 
 # dtype needs per device: bf16 needs native bf16 (else emulated and slower than fp32), fp8 compute capability 8.9
@@ -97,6 +100,11 @@ QUANTS: dict[str, Quant] = {  # in this order: the mixed-precision sources and s
     # torchao's GPU kernels take bf16 activations; on a CPU it is tried only when named (tests of the GPU path)
     "torchao-fp8": Quant("torchao fp8", "fp8", _TAO, _TORCH, needs={"cuda": ("gpu-fp8",)},
                          rescue={"cuda": Rescue("torchao-fp8", "torch-compile", 3.0)}, gemm={"cuda": "fp8"}),
+    # weight-only: 16-bit activations, int8 or int4 weights; for small batches, where GEMMs wait on weight bytes
+    "torchao-int8-wo": Quant("torchao int8 weight-only", "int8", _TAO, _TORCH, needs={"cuda": ("gpu-bf16",)},
+                             weight_only=True),
+    "torchao-int4-wo": Quant("torchao int4 weight-only", "int4", _TAO, _TORCH, needs={"cuda": ("gpu-bf16",)},
+                             weight_only=True),
     "torchao-int8-dyn": Quant("torchao int8", "int8", _TAO, _TORCH, needs={"cuda": ("gpu-bf16",)},
                               rescue={"cpu": Rescue("torchao-int8-dyn", "torch-eager", 0.2),
                                       "cuda": Rescue("torchao-int8-dyn", "torch-compile", 3.0)},

@@ -129,12 +129,15 @@ class GraphedEmbedder(TorchEmbedder):
         self.reference_model = getattr(emb, "base_model", None) or emb.model
         self.max_tokens = max_tokens  # bigger shapes run eagerly: launch cost is small next to their compute
         self.causal = emb.spec.arch == "decoder"
-        self.shapes: dict[tuple[int, int], _Shape | None] = {}  # None: runs eagerly (did not capture or match)
+        self.shapes: dict[tuple[int, ...], _Shape | None] = {}  # None: runs eagerly (did not capture or match)
         self.pool: Any = None
         self.on = True
         # worst_check_cosine: the lowest row cosine any kept graph showed against the eager forward
         self.stats = {"captured": 0, "eager_shapes": 0, "replays": 0, "eager_batches": 0, "worst_check_cosine": 1.0}
         self.min_cos = MIN_COSINE_QUANT if emb.candidate.quant else min_cosine(self.model)
+        # a quantized engine's first runs of a shape may still set things up (scales' kernels, autotuning), which a
+        # capture cannot hold: one more warm-up run before it
+        self.extra_warmups = 1 if emb.candidate.quant else 0
 
     # --- the forward that a graph records ----------------------------------------------------------------
     def _run(self, ids: Any, mask: Any) -> Any:
@@ -245,7 +248,7 @@ class GraphedEmbedder(TorchEmbedder):
         self.stats["replays"] += 1
         return out
 
-    def _first(self, key: tuple[int, int], what: str, capture: Callable[[], tuple[_Shape, np.ndarray]],
+    def _first(self, key: tuple[int, ...], what: str, capture: Callable[[], tuple[_Shape, np.ndarray]],
                rows: int, eager: Callable[[], np.ndarray]) -> np.ndarray:
         """First sight of a shape: capture it (the warm-up before the capture is an eager forward of these very
         rows, and answers this batch), replay, and keep the graph only if the replay gives the same rows. A
@@ -287,12 +290,15 @@ class GraphedEmbedder(TorchEmbedder):
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
-                warm = run(**inputs)
+                for _ in range(1 + self.extra_warmups):
+                    warm = run(**inputs)
             torch.cuda.current_stream().wait_stream(side)
             warm = warm.cpu().numpy()
             graph = torch.cuda.CUDAGraph()
+            # captured on the stream the warm-up ran on: what a library sets up lazily per stream (cuBLASLt's
+            # workspace for the fp8 GEMMs) exists before the capture, which must not allocate or sync.
             # thread_local: the engine's answer thread may wait on an earlier batch's copy during a capture
-            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+            with torch.cuda.graph(graph, pool=self.pool, stream=side, capture_error_mode="thread_local"):
                 out = run(**inputs)
             if self.pool is None:
                 self.pool = graph.pool()

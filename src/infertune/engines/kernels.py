@@ -26,7 +26,8 @@ _KINDS = {"float": "fp32", "f32": "fp32", "float32": "fp32", "c10::bfloat16": "b
 # torch ops that are one weight GEMM each, and the kind their name fixes (None: read from the input's dtype).
 # aten::linear / aten::matmul are not counted: they dispatch to one of these
 _TORCH_GEMMS = {"aten::addmm": None, "aten::mm": None, "aten::_int_mm": "int8", "aten::_scaled_mm": "fp8",
-                "aten::_weight_int8pack_mm": "int8", "quantized::linear_dynamic": "int8",
+                "aten::_weight_int8pack_mm": "int8",
+                "aten::_weight_int4pack_mm": "int4", "quantized::linear_dynamic": "int8",
                 "quantized::linear": "int8", "quantized::linear_dynamic_fp16": "fp16",
                 "mkldnn::_linear_pointwise": None, "onednn::qlinear_pointwise": "int8",
                 "fbgemm::f8f8bf16_rowwise": "fp8"}

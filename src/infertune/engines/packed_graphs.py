@@ -2,10 +2,16 @@
 and each packed shape (total tokens and text slots, both rounded up to a few buckets) is captured once and
 replayed, as in engines/cuda_graphs.py.
 
-A packed shape has two numbers, not a rows x width grid: the tokens laid end to end (`token_bucket`: steps of 256
-to 4,096, then 512, 1,024, 2,048) and the text slots (`slot_bucket`: powers of two from 16). Tokens past the
-batch's own are one filler text; slots past it are empty texts, which FlashAttention skips. So the usual shapes
-of a server are few (128 up to 16,384 tokens and 127 texts) and are all captured before /ready.
+A packed shape has three numbers, not a rows x width grid: the tokens laid end to end (`token_bucket`: steps of
+256 to 4,096, then 512, 1,024, 2,048), the text slots (`slot_bucket`: powers of two from 16) and the longest text
+it admits (`len_bucket`: 512, then powers of two; FlashAttention sizes its grid by it). Tokens past the batch's
+own are one filler text; slots past it are empty texts, which FlashAttention skips. So the usual shapes of a
+server are few (128 up to 16,384 tokens and 127 texts of <= 512 tokens) and are captured before /ready; a batch
+with a longer text gets its own graph at first sight.
+
+Why a length bucket, not the model's limit: a mixed workload puts a text over 512 tokens in most batches of a
+few hundred texts. Run at the model's limit (40,960 for Qwen3), every layer's attention launched a grid for
+40,960-token texts, nearly all of it empty, and such batches ran without a graph, waiting for the device.
 
 Checks, both before anything is answered from them:
 - packing: the first packed batch against the padded eager forward of the same rows (row cosines); a mismatch
@@ -23,6 +29,7 @@ import numpy as np
 
 from infertune.engines import varlen
 from infertune.engines.cuda_graphs import GraphedEmbedder, _Shape
+from infertune.engines.torch_eager import to_device, to_host
 from infertune.models.embedding import row_cosines
 
 log = logging.getLogger("infertune.serve")
@@ -44,6 +51,15 @@ def slot_bucket(texts: int) -> int:
     return s
 
 
+def len_bucket(longest: int, max_len: int, limit: int) -> int:
+    """The longest text a packed shape admits: `max_len` (512) for short texts, else the next power of two times
+    it, never past the model's `limit` (so at most a handful of values: each one is a graph shape)."""
+    b = max_len
+    while b < longest:
+        b *= 2
+    return max(max_len, min(b, limit))
+
+
 def packed_grid(max_tokens: int, max_len: int, max_slots: int = 128) -> list[tuple[int, int]]:
     """The (tokens, slots) shapes captured before serving, smallest first: every token bucket up to
     `max_tokens` with every slot bucket up to `max_slots` that such a batch can have."""
@@ -60,11 +76,10 @@ class PackedGraphEmbedder(GraphedEmbedder):
         super().__init__(emb, max_tokens)
         self.packed = True
         self.packing_checked = False
-        # the longest text a graph expects (FlashAttention sizes its grid by it, so it is a constant of every
-        # captured shape); a batch with a longer text runs packed without a graph, at its own longest
+        # the longest text the usual shapes admit (FlashAttention sizes its grid by it, so it is a constant of
+        # every captured shape); a batch with a longer text runs at its `len_bucket` (a few values, not its own
+        # length: each value is a graph shape, and a compiled model may compile again for a new one)
         self.max_len = min(-(-max(self.spec.max_length, 16) // 8) * 8, 512)
-        # a longer text's batch runs packed without a graph at this one longest length (not its own: a compiled
-        # model would compile again for every new length it is given)
         self.long_len = max(self.max_len, -(-self.spec.max_length // 8) * 8)
         # tokens: real ones, and what the packed batches ran (real plus graph filler)
         self.stats.update(packed_batches=0, packed_tokens=0, real_tokens=0)
@@ -81,21 +96,28 @@ class PackedGraphEmbedder(GraphedEmbedder):
     def _tensors(self, p: varlen.Packed) -> dict[str, Any]:
         import torch
 
-        return {k: torch.from_numpy(v).to(self.device) for k, v in p.arrays().items()}
+        if str(self.device).startswith("cuda"):  # through pinned memory: a pageable copy waits for the device
+            return {k: to_device(v, self.device) for k, v in p.arrays().items()}
+        return {k: torch.from_numpy(v) for k, v in p.arrays().items()}
 
     def _run_packed(self, t: dict[str, Any], max_len: int | None = None) -> Any:
         return varlen.run_packed(self.model, self.spec.pooling, t, max_len or self.max_len, self.needs_token_types)
 
-    def eager_packed(self, batch: dict[str, np.ndarray]) -> np.ndarray:
-        """The packed forward without a graph (exact token and slot counts, the batch's own longest text)."""
+    def len_bucket(self, longest: int) -> int:
+        return len_bucket(longest, self.max_len, self.long_len)
+
+    def _eager_rows(self, batch: dict[str, np.ndarray]) -> Any:
+        """The packed forward without a graph (exact token and slot counts), as device rows."""
         import torch
 
         mask = batch["attention_mask"]
         p = varlen.Packed(batch["input_ids"], mask, self.pad_id)
-        longest = int(mask.sum(1).max(initial=1))
-        max_len = self.max_len if longest <= self.max_len else max(self.long_len, longest)
         with torch.inference_mode():
-            return self._run_packed(self._tensors(p), max_len)[: p.n].cpu().numpy()
+            return self._run_packed(self._tensors(p), self.len_bucket(int(mask.sum(1).max(initial=1))))[: p.n]
+
+    def eager_packed(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        """The packed forward without a graph, waited for (checks)."""
+        return self._eager_rows(batch).cpu().numpy()
 
     def check_packing(self, batch: dict[str, np.ndarray]) -> bool:
         """Packed rows against the padded eager forward of the same rows, once; packing stays on if they agree."""
@@ -124,35 +146,34 @@ class PackedGraphEmbedder(GraphedEmbedder):
             return super().launch(batch)
         ids, mask = batch["input_ids"], batch["attention_mask"]
         n, used = ids.shape[0], int(mask.sum())
-        key = (token_bucket(used), slot_bucket(n))
+        key = (token_bucket(used), slot_bucket(n), self.len_bucket(int(mask.sum(1).max(initial=0))))
         self.stats["packed_batches"] += 1
         self.stats["real_tokens"] += used
-        longest = int(mask.sum(1).max(initial=0))
-        if (not self.on or key[0] > self.max_tokens or longest > self.max_len
-                or self.shapes.get(key, 0) is None):
+        if not self.on or key[0] > self.max_tokens or self.shapes.get(key, 0) is None:
             self.stats["eager_batches"] += 1
             self.stats["packed_tokens"] += used
             self.ran_tokens = used
-            return self.eager_packed(batch)
+            rows = self._eager_rows(batch)  # queued, not waited for: the engine builds the next batch meanwhile
+            return to_host(rows) if rows.is_cuda else rows.numpy()
         self.stats["packed_tokens"] += key[0]
         self.ran_tokens = key[0]
-        p = varlen.Packed(ids, mask, self.pad_id, *key, max_len=self.max_len)
+        p = varlen.Packed(ids, mask, self.pad_id, key[0], key[1], max_len=key[2])
         shape = self.shapes.get(key)
         if shape is None:
             return self._first_packed(key, p)
         return self._replay(shape, p.arrays(), n)
 
-    def _first_packed(self, key: tuple[int, int], p: varlen.Packed) -> np.ndarray:
+    def _first_packed(self, key: tuple[int, int, int], p: varlen.Packed) -> np.ndarray:
         """`p` at first sight of its packed shape: captured and checked as padded shapes are (GraphedEmbedder);
         a shape that cannot be captured runs packed eagerly, at its bucketed size."""
         import torch
 
         def capture() -> tuple[_Shape, np.ndarray]:
-            return self._record(lambda **t: self._run_packed(t), self._tensors(p))
+            return self._record(lambda **t: self._run_packed(t, key[2]), self._tensors(p))
 
         def eager() -> np.ndarray:
             with torch.inference_mode():
-                return self._run_packed(self._tensors(p))[: p.n].cpu().numpy()
+                return self._run_packed(self._tensors(p), key[2])[: p.n].cpu().numpy()
 
         return self._first(key, "packed shape", capture, p.n, eager)
 
@@ -179,13 +200,14 @@ class PackedGraphEmbedder(GraphedEmbedder):
             return super().precapture(max(0.0, max_s - (time.perf_counter() - t0)), max_rows)
         shapes = packed_grid(self.max_tokens, self.max_len, slot_bucket(max_rows))
         done = 0
-        for key in shapes:
+        for tokens, slots in shapes:
+            key = (tokens, slots, self.max_len)
             if not self.on or time.perf_counter() - t0 > max_s:
                 break
             if key in self.shapes:
                 continue
-            b = self._synthetic_batch(*key)
-            p = varlen.Packed(b["input_ids"], b["attention_mask"], self.pad_id, *key, max_len=self.max_len)
+            b = self._synthetic_batch(tokens, slots)
+            p = varlen.Packed(b["input_ids"], b["attention_mask"], self.pad_id, tokens, slots, max_len=self.max_len)
             self._first_packed(key, p)
             done += 1
         return {"shapes": len(shapes), "captured": self.stats["captured"], "tried": done,

@@ -23,25 +23,13 @@ def apply_quant(model, quant: str | None, device: str):
     if quant == "torchao-int4":
         import torchao.quantization as q
 
-        # torchao 0.18's default int4 layout needs mslk >= 1.0, of which PyPI has only a 0.0.0 placeholder: the
-        # H200 run failed "Requires mslk >= 1.0.0". The tile-packed layout runs torch's own int4 kernel
-        # (tinygemm, aten._weight_int4pack_mm) with bf16 activations.
-        fmt = "plain" if _mslk_ok() else "tile_packed_to_4d"
-        q.quantize_(model, q.Int4WeightOnlyConfig(group_size=128, int4_packing_format=fmt))
+        from infertune.quantize.torchao import int4_packing
+
+        q.quantize_(model, q.Int4WeightOnlyConfig(group_size=128, int4_packing_format=int4_packing()))
         return model
     from infertune.quantize.torchao import apply
 
     return apply(model, quant)
-
-
-def _mslk_ok() -> bool:
-    """mslk >= 1.0 is installed (a missing package raises PackageNotFoundError, caught below)."""
-    from importlib.metadata import version
-
-    try:
-        return int(version("mslk").split(".")[0]) >= 1
-    except Exception:  # noqa: BLE001
-        return False
 
 
 def _tensor_bytes(t) -> int:

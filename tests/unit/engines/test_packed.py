@@ -168,3 +168,58 @@ def test_why_not_packs_only_decoders_by_default(tiny_qwen3):
     emb = load_model(tiny_qwen3, "cpu", task="embed")
     emb.spec = dataclasses.replace(emb.spec, pooling="max")
     assert "pooling" in varlen.why_not(emb)
+
+
+def test_length_buckets_are_few_and_cover_the_longest_text():
+    from infertune.engines.packed_graphs import len_bucket
+
+    for longest in range(1, 40961, 13):
+        b = len_bucket(longest, 512, 40960)
+        assert longest <= b <= 40960 and (b == 512 or b < 2 * longest)
+    assert len({len_bucket(n, 512, 40960) for n in range(1, 40961)}) == 8  # 512 .. 32,768, 40,960
+
+
+class _Rerun:
+    """A CPU stand-in for a captured graph: `replay` runs the recorded forward again on the static inputs."""
+
+    def __init__(self, again):
+        self.replay = again
+
+
+def test_a_batch_with_a_long_text_gets_its_own_graph_at_its_length_bucket(tmp_path, monkeypatch):
+    """A text over 512 tokens no longer sends its batch out of the graphs: the batch is captured at its length
+    bucket (here 1,024), answered from the replay from then on, and each text's vector is the one it has alone."""
+    import torch
+
+    from infertune.engines.cuda_graphs import _Shape
+
+    model = str(tiny_model_dir(tmp_path, "Qwen3-Embedding-tiny-long", {
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "vocab_size": 30522, "max_position_embeddings": 4096, "tie_word_embeddings": True,
+        "torch_dtype": "float32"}))
+    g = _emb(model)
+
+    def record(run, inputs):
+        with torch.inference_mode():
+            out = run(**inputs)
+        shape = _Shape(None, inputs, out)
+
+        def again():
+            with torch.inference_mode():
+                shape.out.copy_(run(**shape.inputs))
+        shape.graph = _Rerun(again)
+        return shape, out.numpy().copy()
+
+    monkeypatch.setattr(g, "_record", record)
+    texts = TEXTS + ["word " * 700]
+    ids = g.token_ids(texts)
+    assert max(map(len, ids)) > 600
+    batch = g.collate(ids)
+    first = g.forward(batch)  # packing checked, then the shape captured
+    keys = [k for k, v in g.shapes.items() if v is not None]
+    assert keys and all(k[2] == 1024 for k in keys), g.shapes
+    again = g.forward(batch)
+    assert g.stats["replays"] == 1
+    want = _alone(g, ids)
+    assert row_cosines(first, want).min() >= 0.99999 and row_cosines(again, want).min() >= 0.99999

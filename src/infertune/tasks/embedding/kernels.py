@@ -29,15 +29,15 @@ def record(emb: Any, texts: list[str]) -> dict[str, Any] | None:
 
 
 def requested(cand: Any) -> str | None:
-    """The GEMM kind a candidate asks for: its quantizer's (int8 | fp8), or its precision's; None when it asks for
-    no quantized GEMMs."""
+    """The GEMM kind a candidate asks for: its quantizer's (int8 | fp8 | int4), or its precision's; None when it asks
+    for no quantized GEMMs (a weight-only int8 quantizer: its GEMMs are 16-bit ones on dequantized weights)."""
     method, precision = getattr(cand, "quant", None), getattr(cand, "precision", None)
     if method:
         from infertune.registry import quant
 
         q = quant(method)
         if q is not None:
-            return q.kind
+            return None if q.weight_only and q.kind != "int4" else q.kind
     return precision if precision in ("int8", "fp8") else None
 
 
