@@ -24,6 +24,11 @@ from compiled_engines import engine  # noqa: E402
 DEFAULT = ["torch-compile/bf16", "torch-compile/int8/torchao-int8-wo", "torch-compile/int4/torchao-int4-wo"]
 
 
+def requests(texts: list[str], n: int, c: int) -> list[list[str]]:
+    """The n requests at concurrency c: batches of c consecutive workload texts."""
+    return [[texts[(r * c + j) % len(texts)] for j in range(c)] for r in range(n)]
+
+
 def one_request(emb, texts) -> tuple[float, np.ndarray]:
     import torch
 
@@ -43,9 +48,11 @@ def main(model: str, workload: str, n: int, specs: list[str]) -> None:
     for s in specs:
         try:
             emb, rec = engine(model, s)
-            for c in (1, 4):  # every shape the timed requests will use, captured and checked before timing
-                for i in range(0, min(len(texts), 64 * c), c):
-                    one_request(emb, texts[i:i + c])
+            t0 = time.perf_counter()
+            for c in (1, 4):  # the timed requests once: every shape they use is captured and checked before timing
+                for batch in requests(texts, n, c):
+                    one_request(emb, batch)
+            rec["warm_s"] = round(time.perf_counter() - t0, 1)
             engines[s] = emb
             print(s, rec, {k: emb.stats.get(k) for k in ("captured", "eager_shapes", "replays")}, flush=True)
         except Exception:  # noqa: BLE001 - an engine that cannot run here is reported, the others go on
@@ -54,8 +61,7 @@ def main(model: str, workload: str, n: int, specs: list[str]) -> None:
     worst = dict.fromkeys(engines, 1.0)
     first = next(iter(engines), None)
     for c in (1, 4):
-        for r in range(n):
-            batch = [texts[(r * c + j) % len(texts)] for j in range(c)]
+        for batch in requests(texts, n, c):
             got = {}
             for s, emb in engines.items():
                 ms, got[s] = one_request(emb, batch)
