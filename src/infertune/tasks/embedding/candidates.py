@@ -168,13 +168,14 @@ def compiled_gpu_options(tb, half: str, quick: bool) -> list[Option]:
                    "graphs", 5.5, probe_s=120.0),
             Option(C(backend="torch-compile", precision="int8", quant="torchao-int8-dyn", batching=tb),
                    "torchao int8 dynamic quantization, compiled, in CUDA graphs", 5.0, probe_s=120.0),
-            # last in line: they pay where the SLO keeps batches small (a GEMM of a few hundred tokens waits on its
-            # weight bytes); at a throughput budget's batches they trail 16-bit, and the run says so
-            Option(C(backend="torch-compile", precision="int4", quant="torchao-int4-wo", batching=tb),
-                   "torchao int4 weight-only Linear layers (groups of 128, torch's int4 kernel), compiled, in CUDA "
-                   "graphs: a quarter of the weight bytes, for small latency-bound batches", 1.6, probe_s=120.0),
-            Option(C(backend="torch-compile", precision="int8", quant="torchao-int8-wo", batching=tb),
-                   "torchao int8 weight-only Linear layers, compiled, in CUDA graphs: half the weight bytes, for "
-                   "small latency-bound batches", 1.5, probe_s=120.0),
+            # last in line: they pay where the SLO keeps batches small and the weights' bytes dominate (a laptop
+            # GPU); on an H100 both trailed bf16 at 1 and 4 texts per batch, and compiled they recompiled for each
+            # new batch shape, so they run eagerly in graphs (docs/measurements/2026-12-06-h100-long-text-graphs)
+            Option(C(backend="torch-eager", precision="int4", quant="torchao-int4-wo", batching=tb),
+                   "torchao int4 weight-only Linear layers (groups of 128, torch's int4 kernel) in CUDA graphs: a "
+                   "quarter of the weight bytes, for small latency-bound batches", 1.6),
+            Option(C(backend="torch-eager", precision="int8", quant="torchao-int8-wo", batching=tb),
+                   "torchao int8 weight-only Linear layers in CUDA graphs: half the weight bytes, for small "
+                   "latency-bound batches", 1.5),
         ]
     return out
