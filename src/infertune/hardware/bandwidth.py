@@ -1,5 +1,5 @@
-"""Memory bandwidth of this machine, the roofline's denominator: tune's causal-LM pass and the GPU scripts
-(scripts/gpu/llm_h200.py, decode_probe.py) measure it with this one function. Needs torch only."""
+"""Memory bandwidth of this machine, the roofline's denominator: tune's causal-LM pass measures it with this one
+function. Needs torch only."""
 
 from __future__ import annotations
 

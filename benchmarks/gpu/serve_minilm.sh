@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# On the lent H200(s): the product's own commands only. tune (quick) -> serve with N frontends ->
-# bench at 1 input/request c=256 and 32 inputs/request c=32 -> the forward-only ceiling, on the same texts.
-# Usage: serve_h200.sh [DEVICE_SETS] [FRONTENDS]   e.g. serve_h200.sh 0 8 ; serve_h200.sh "0 0,1" (one serve per
-# set, side by side in one run; FRONTENDS empty = the product's default)
-# Env: SECONDS_PER_POINT (15), SKIP_TUNE=1 (serve the untuned fp32 model), DEVICE=cpu (a dry run here),
-# GRAPHS (serve --cuda-graphs modes side by side, e.g. "auto off"; MODE+waitMS adds --max-wait-ms MS, e.g.
-# "auto auto+wait0"; the ceiling uses the first mode), ART (serve this artifact when SKIP_TUNE=1), SRC (run the
-# product from this src/ folder instead of the checkout's: an older commit's code, side by side).
+# MiniLM served on one or more GPUs through the product's own commands: tune (quick) -> serve with N frontends ->
+# bench at 1 input/request c=256 and 32 inputs/request c=32 -> the forward-only ceiling, on the same texts; a table
+# last (each point's items/s as a share of the ceiling).
+# Usage: benchmarks/gpu/serve_minilm.sh [DEVICE_SETS] [FRONTENDS]   e.g. serve_minilm.sh 0 8 ; serve_minilm.sh "0 0,1"
+# (one serve per device set, side by side in one run; FRONTENDS empty = the product's default)
+# Env: OUT (results folder, default /tmp/out), SECONDS_PER_POINT (15), SKIP_TUNE=1 (serve the untuned fp32 model),
+# DEVICE=cpu (a dry run without a GPU), GRAPHS (serve --cuda-graphs modes side by side, e.g. "auto off"; MODE+waitMS
+# adds --max-wait-ms MS, e.g. "auto auto+wait0"; the ceiling uses the first mode), ART (serve this artifact when
+# SKIP_TUNE=1), SRC (run the product from this src/ folder instead of the checkout's: another commit's code, side by
+# side). With a .whl folder (scripts/gpu/carry.sh) its wheels are installed first and MiniLM is restored from .gpu/.
 set -uo pipefail
 if [ -d .whl ] && [ "${DEVICE:-cuda}" = cuda ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
