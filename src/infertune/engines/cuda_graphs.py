@@ -4,7 +4,7 @@ once and then replayed, so a forward pass costs one graph launch instead of a Py
 Why: in eager mode every forward is ~1,000 kernel launches for a 28-layer decoder (Qwen3-0.6B shape) and ~150 for
 MiniLM, each a Python call. On the H200 the GPU finishes a 30-item batch of Qwen3-Embedding in about the time the
 host needs to launch it, so the served rate was a third of the forward-only ceiling (469 items/s at concurrency 64
-against 1,698: docs/measurements/h200-2026-11-30-s9). On a 2-core CPU, the same 28-layer forward with tiny
+against 1,698: docs/measurements/2026-11-30-h200-cuda-graphs). On a 2-core CPU, the same 28-layer forward with tiny
 matrices (so nothing but dispatch) costs 24 ms per call.
 
 How (all standard PyTorch, torch.cuda.CUDAGraph):

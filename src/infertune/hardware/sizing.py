@@ -21,5 +21,5 @@ def default_frontends(device: str, gpus: int) -> int:
 def tokenizer_processes() -> int:
     """Tokenizer processes of tune's GPU pass: as many as `serve` starts frontends for one GPU (the issue's "same
     parallel tokenization"); 1 (threads of the worker, no processes) on a small host. Processes won on the H200
-    (docs/measurements/h200-2026-12-01-s12: 12 processes 28,606 items/s, threads 25,824, one run)."""
+    (docs/measurements/2026-12-01-h200-tune-tokenizers: 12 processes 28,606 items/s, threads 25,824, one run)."""
     return default_frontends("cuda", 1)
