@@ -23,8 +23,8 @@ def apply_quant(model, quant: str | None, device: str):
     if quant == "torchao-int4":
         import torchao.quantization as q
 
-        # torchao 0.18's default int4 layout needs mslk >= 1.0, of which PyPI has only a 0.0.0 placeholder: the
-        # H200 run failed "Requires mslk >= 1.0.0". The tile-packed layout runs torch's own int4 kernel
+        # torchao 0.18's default int4 layout needs mslk >= 1.0, of which PyPI has only a 0.0.0 placeholder: it
+        # fails with "Requires mslk >= 1.0.0". The tile-packed layout runs torch's own int4 kernel
         # (tinygemm, aten._weight_int4pack_mm) with bf16 activations.
         fmt = "plain" if _mslk_ok() else "tile_packed_to_4d"
         q.quantize_(model, q.Int4WeightOnlyConfig(group_size=128, int4_packing_format=fmt))

@@ -55,7 +55,8 @@ def options(caps: Capabilities, quick: bool = False) -> list[Option]:
                     Option(C(backend="cuda-graph", precision="bf16", quant="torchao-fp8"), "CUDA graph + torchao "
                            "fp8", 4.0, needs=("gpu-fp8",), probe_s=120.0),
                     # an eager step: torchao's dynamic activation quantization does not capture ("operation
-                    # failed due to a previous error during capture" on the H200: docs/measurements/2026-12-02-h200-torchao-installed)
+                    # failed due to a previous error during capture" on the H200:
+                    # docs/measurements/2026-12-02-h200-torchao-installed)
                     Option(C(backend="static", precision="bf16", quant="torchao-int8-dyn"), "torchao int8 dynamic "
                            "(int8 activations and weights), eager step: its quantization does not capture as a "
                            "CUDA graph", 1.5, needs=("gpu-bf16",))]
