@@ -20,8 +20,10 @@ PATTERNS = {
         r"session [0-9]|(?<![a-z])lent |build box|issue [0-9]|run\(command",
     "a work period named otherwise": r"\b(this|next|last|previous) session\b|\bsessions [0-9]|\bsession-[0-9]",
     "a measurement folder with a session suffix": r"docs/measurements/[\w.-]*-s[0-9]+\b",
-    "a measurement folder in the old <hardware>-<date> style": r"\b(cpu|h200|h100|llmc|validate)-20[0-9]{2}-[0-9]{2}-[0-9]{2}",
-    "an issue or pull request of this repository": r"\bissues? #[0-9]|\b(PR|pull request) #?[0-9]|(?<![\w&/:])#[0-9]{1,3}\b",
+    "a measurement folder in the old <hardware>-<date> style":
+        r"\b(cpu|h200|h100|llmc|validate)-20[0-9]{2}-[0-9]{2}-[0-9]{2}",
+    "an issue or pull request of this repository":
+        r"\bissues? #[0-9]|\b(PR|pull request) #?[0-9]|(?<![\w&/:])#[0-9]{1,3}\b",
     "remote-execution call syntax": r"\bcarry=\[|\brun\(command=",
     "a machine lent for the work": r"\bthe lent\b|\bwas lent\b|\bnot lent\b",
 }
