@@ -53,7 +53,7 @@ $(LLMC_VENV)/.installed: constraints-llmc.txt
 llmc-env: $(LLMC_VENV)/.installed
 
 # The report browser test drives a headless chromium through playwright (pip, in the dev extra). Playwright's
-# own browser download comes from a CDN that build boxes cannot reach, so the browser is Debian's chromium
+# own browser download comes from a CDN that test machines may not reach, so the browser is Debian's chromium
 # from apt, installed here when missing and we are root (or have password-less sudo). Best effort: when it
 # cannot be installed, the browser test is skipped with that reason and everything else runs.
 CHROMIUM_OK = command -v chromium || command -v chromium-browser || command -v google-chrome
@@ -95,10 +95,10 @@ lint: $(STAMP)
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(LLMC_VENV) .cache runs .pytest_cache
 
-# issue 29, point 2: no image builder can build here (buildah installs and runs, but docker.io is unreachable, so
-# there is no base image), so this runs the Dockerfiles' install steps (docker/install.sh) in a fresh venv from the
-# checkout, serves ARTIFACT from it, sends one request and compares the served RSS with deploy's memory limit.
-# On the 2-core box it took 88 s (install 74 s, from the box's local wheels); elsewhere it downloads ~1 GB and needs
+# The image's install, checked without an image builder (or where no base image is reachable): this runs the
+# Dockerfiles' install steps (docker/install.sh) in a fresh venv from the checkout, serves ARTIFACT from it, sends one
+# request and compares the served RSS with deploy's memory limit.
+# On a 2-core CPU it took 88 s (install 74 s, from local wheels); elsewhere it downloads ~1 GB and needs
 # `make demo`'s artifact, so it is not part of `make test`. TORCH_INDEX=pypi uses pip's own configuration for torch.
 ARTIFACT ?= runs/latest/artifact
 TORCH_INDEX ?= pypi

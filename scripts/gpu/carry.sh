@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Here (the build box), before a device run: what the H200 image lacks, in the ignored folders the device tool
-# carries, so a GPU figure comes from the install a user gets (`pip install '.[all,gpu]'`, constraints.txt).
+# Before a run on a GPU host that has no package index (a bare CUDA image with torch): what the image lacks, in two
+# git-ignored folders copied there with the checkout, so a GPU figure comes from the install a user gets
+# (`pip install '.[all,gpu]'`, constraints.txt).
 # .whl: every package of [torch,serve,bench,report,gpu] (and their needs) that the image lacks, at the version
-#       constraints.txt pins: torchao (which initialises CUDA when transformers imports it: issue 25), tokie,
+#       constraints.txt pins: torchao (which initialises CUDA when transformers imports it), tokie,
 #       gguf, pydantic, the serve stack (fastapi, starlette, uvicorn, httptools, pyzmq, orjson); typer/click
 #       newer than the image's (its typer did not parse `bench --duration`); rich, httpx and prometheus-client
 #       at their pins. What still differs from a user's install, and why: docs/gpu_environment.md.
-# .gpu/minilm: MiniLM's real weights rounded to fp16 and xz-compressed (the fp32 file is 87 MB, fp16 45 MB, and a
-#       call carries 64 MiB with the repo and the wheels), restored to fp32 there by scripts/gpu/restore_minilm.py.
-# Run: bash scripts/gpu/carry.sh (SPY=1 adds py-spy); then carry [".whl", ".gpu"].
+# .gpu/minilm: MiniLM's real weights rounded to fp16 and xz-compressed (the fp32 file is 87 MB, fp16 45 MB),
+#       restored to fp32 on the GPU host by scripts/gpu/restore_minilm.py.
+# Run: bash scripts/gpu/carry.sh (SPY=1 adds py-spy); then copy .whl and .gpu with the checkout.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 grep -qx '/.whl/' .git/info/exclude 2>/dev/null || { mkdir -p .git/info; echo /.whl/ >> .git/info/exclude; }

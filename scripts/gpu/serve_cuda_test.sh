@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# On the lent H200: tests/gpu/test_serve_cuda.py (serve --device cuda runs the one batch core in both topologies),
-# with the carried wheels and MiniLM (carry [".whl", ".gpu/minilm"]; bash scripts/gpu/carry.sh makes them).
+# On a GPU host whose image lacks the extras: tests/gpu/test_serve_cuda.py (serve --device cuda runs the one batch
+# core in both topologies), with the wheels and MiniLM that scripts/gpu/carry.sh puts in .whl and .gpu/minilm.
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src HF_HUB_OFFLINE=1

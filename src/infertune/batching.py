@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     import numpy as np
 
 # batches launched and not yet collected (Embedder.launch / collect), in serve's engine, the ceiling and tune's GPU
-# pass: one on the device, one queued behind it (double buffering). Session 11, H200, MiniLM at 32 texts per
-# request: one thread doing collate -> forward -> wait -> answer kept the GPU at 48%
+# pass: one on the device, one queued behind it (double buffering); one thread doing collate -> forward -> wait ->
+# answer left the GPU half idle (docs/measurements/2026-12-01-h200-engine-overlap)
 ASYNC_DEPTH = 2
 # the server pads lengths to a multiple of this (pad_length): a server that sees every length 1..N keeps
 # kernels for every shape, and memory grows with them (serve/memory.py); eight times fewer shapes costs

@@ -1,12 +1,11 @@
 """Token ids without transformers' per-call overhead, from the fastest tokenizer that gives transformers' ids.
 
-Why: tokenization is what a GPU server's frontends spend their CPU on. Session 12 on the H200, MiniLM at 32 texts per
-request: each frontend spent 62% of its samples inside the Rust tokenizer, the host's 16 cores were 86% busy and the
-GPU 42%. Three ways to get the ids, fastest first:
+Why: tokenization is what a GPU server's frontends spend their CPU on: most of their samples, with the host busy and
+the GPU not (docs/measurements/2026-12-01-h200-tokie). Three ways to get the ids, fastest first:
 
 - **tokie** (`pip install tokie`, in the `[torch]` extra): a reimplementation of Hugging Face's tokenizers (WordPiece,
-  BPE, Unigram) read from the same tokenizer.json. On the 2-core AMD build box, MiniLM on the sample workload, 32
-  texts a call: 10-16 us per text, against 140-160 us for `encode_batch_fast` below (one process, same run). It
+  BPE, Unigram) read from the same tokenizer.json, about ten times faster per text than `encode_batch_fast` below
+  (MiniLM on a 2-core AMD EPYC, docs/architecture.md, token ids). It
   holds the GIL while it works (two threads take three times as long as one), so callers that use threads for
   parallelism ask `holds_gil`.
 - **the Rust tokenizer under transformers**, set up once (truncation to the model's limit, no padding) and called

@@ -111,7 +111,7 @@ def _attach(handler: logging.Handler) -> None:
         if log.level == logging.NOTSET or log.level > logging.WARNING:
             log.setLevel(logging.WARNING)
     # any other library's records reach the root logger; with a handler there, Python's last-resort stderr
-    # handler stays silent (the root's other handlers, a test's log capture say, are left alone)
+    # handler stays quiet (the root's other handlers, a test's log capture say, are left alone)
     root = logging.getLogger()
     if handler not in root.handlers:
         root.addHandler(handler)

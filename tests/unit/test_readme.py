@@ -89,7 +89,7 @@ def placeholders(tmp_path):
                                                      + "\n" for i in range(20)))
     run = tmp_path / "runs" / "h200-minilm" / "results.json"  # a GPU tune of MiniLM, for plan --calibrated-from
     run.parent.mkdir(parents=True)
-    run.write_text((ROOT / "docs/measurements/h200-2026-11-30-s6/tune_minilm_cuda.json").read_text())
+    run.write_text((ROOT / "docs/measurements/2026-11-30-h200-tune/tune_minilm_cuda.json").read_text())
     (tmp_path / "vllm.log").write_text("INFO starting\ntorch.OutOfMemoryError: CUDA out of memory. Tried to "
                                        "allocate 2.00 GiB. GPU 0 has a total capacity of 23.58 GiB\n")
     return tmp_path

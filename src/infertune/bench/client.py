@@ -15,8 +15,8 @@ import time
 from infertune.bench.records import Record
 
 # A 32-vector embeddings answer is ~12,000 floats: orjson (the serve extra brings it) parses it several times faster
-# than json, so the load generator takes less of the host's CPU, which a server on the same host shares (session
-# 11, H200: 4 bench workers at ~50% of a core each while the server's processes left 14% of the host idle)
+# than json, so the load generator takes less of the host's CPU, which a server on the same host shares
+# (docs/measurements/2026-12-01-h200-engine-overlap)
 try:
     from orjson import loads as _loads  # its JSONDecodeError is a ValueError
 except ImportError:  # pragma: no cover - the bench extra alone

@@ -4,7 +4,7 @@ Why: aiohttp costs ~250 us of CPU per request on the 2-core box in open loop (re
 writers, timers, tracing hooks, all in Python), so one core tops out near 4,000 req/s, and a client
 that runs near its ceiling reports its own hiccups as server latency. A request here is one prebuilt
 byte string written to a pooled connection and one parser callback chain: about a third of the CPU per request,
-measured side by side in docs/bench.md (scripts/bench_client_compare.py). Responses are judged exactly as the aiohttp path judges them
+measured side by side in docs/bench.md. Responses are judged exactly as the aiohttp path judges them
 (`client.judge_json`), so both clients count the same errors. Streams (SSE) keep using aiohttp.
 
 A connection carries one request at a time (no pipelining); idle connections are reused last-in

@@ -276,9 +276,8 @@ def confirm(run: Callable[[float], Point], slo: SLO, *, start: float, duration: 
     """The highest load from `start` down, in steps of `backoff`, whose long point (`run(load)`, `duration`
     s) meets `slo`; at most `max_steps` points.
 
-    Why: a search's short points end before the queue settles. On the 2-core box 5 s points put MiniLM's
-    peak at 44.45 req/s for P99 <= 200 ms, and a soak at 80% of it ran P99 316 ms in its first 40 s and 486
-    ms over 2 minutes. A point that fell behind (completions below the keep-up share of sends)
+    Why: a search's short points end before the queue settles, and a soak at 80% of their peak can run far over
+    the SLO (docs/bench.md, a load that holds). A point that fell behind (completions below the keep-up share of sends)
     also bounds the server's capacity by its completions/s, so the next load is at most `backoff` x that:
     one step to near capacity instead of several 10% steps, each as long as `duration`."""
     integer = over == "concurrency"

@@ -72,7 +72,7 @@ def compose_file(cfg: DeployConfig, w: Workload, image: str) -> Obj:
 
 
 def docker_run(cfg: DeployConfig, w: Workload, image: str) -> str:
-    """The one-container equivalent of the compose service, for a quick try on one host."""
+    """The one-container counterpart of the compose service, for a quick try on one host."""
     import shlex
 
     args = ["docker", "run", "--rm", "-p", f"{cfg.port}:{cfg.port}", "-v", f"{w.model_dir}:{w.mount}:ro",

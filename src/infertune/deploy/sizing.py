@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 MIB = 2**20
-# the serving process without its model: `infertune serve minilm` (fp32, CPU build box, torch 2.13+cpu) held 552-553
+# the serving process without its model: `infertune serve minilm` (fp32, 2-core CPU, torch 2.13+cpu) held 552-553
 # MiB RSS after one 8-text request (n=2), of which 87 MiB are MiniLM's weights
 SERVE_RUNTIME_MIB = 470
 CPU_BATCH_TOKENS = 4096  # serve's default padded-token budget on CPU without an artifact (serve/config.py)

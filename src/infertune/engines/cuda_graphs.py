@@ -2,10 +2,9 @@
 once and then replayed, so a forward pass costs one graph launch instead of a Python call per kernel.
 
 Why: in eager mode every forward is ~1,000 kernel launches for a 28-layer decoder (Qwen3-0.6B shape) and ~150 for
-MiniLM, each a Python call. On the H200 the GPU finishes a 30-item batch of Qwen3-Embedding in about the time the
-host needs to launch it, so the served rate was a third of the forward-only ceiling (469 items/s at concurrency 64
-against 1,698: docs/measurements/h200-2026-11-30-s9). On a 2-core CPU, the same 28-layer forward with tiny
-matrices (so nothing but dispatch) costs 24 ms per call.
+MiniLM, each a Python call. On a fast GPU a small batch finishes in about the time the host needs to launch it, so
+eager serving reaches a fraction of the forward-only ceiling (docs/measurements/2026-11-30-h200-cuda-graphs). On a
+2-core CPU, the same 28-layer forward with tiny matrices (so nothing but dispatch) costs 24 ms per call.
 
 How (all standard PyTorch, torch.cuda.CUDAGraph):
 - shapes: rows and widths rounded up to coarse buckets (`graph_rows`, `bucket_width`: <= 25% filler, ~13 widths
@@ -38,9 +37,9 @@ from infertune.models.embedding import pool, row_cosines
 
 log = logging.getLogger("infertune.serve")
 # a captured shape must give the eager forward's vectors. Same math, but not always the same kernels (cuBLAS may
-# pick another algorithm inside a capture), so the bound follows the weights' precision: on the H200 a
-# bf16 Qwen3-Embedding shape (random weights) gave 0.999898 for one shape, which is bf16's own rounding (the same
-# model against its fp32 reference: min 0.99984). A real fault (a wrong mask or pooled position) is far below.
+# pick another algorithm inside a capture), so the bound follows the weights' precision: bf16's own rounding gave
+# 0.999898 for one shape (docs/measurements/2026-12-01-h200-packed-embeddings, run 1). A real fault (a wrong mask
+# or pooled position) is far below.
 MIN_COSINE = 0.9999
 MIN_COSINE_HALF = 0.999
 # a quantized engine (fp8/int8 activations quantized per row) compiled against its eager twin: inductor computes the

@@ -1,7 +1,7 @@
 """OpenVINO on the CPU: our own ONNX export read into OpenVINO, compiled with the LATENCY hint and run
 with synchronous calls; int8 through NNCF post-training quantization calibrated on real texts.
 
-Measured traps (docs/reference on the AVX2 box, re-checked here):
+Measured traps (on an AVX2-only CPU, re-checked on an AMX Xeon):
 - the THROUGHPUT hint with synchronous calls runs one stream on one core; LATENCY uses all threads;
 - on CPUs with AVX512_BF16/AMX OpenVINO silently runs "fp32" models in bf16 (its default
   INFERENCE_PRECISION_HINT); precision "fp32" therefore asks for f32 and `describe()` reads back what ran;

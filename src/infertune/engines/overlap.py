@@ -1,9 +1,8 @@
 """A timed pass that overlaps tokenization, the host's batch work and the device, as `serve` does on a GPU.
 
 Why: `tune --device cuda` used to tokenize the whole pass, then run its batches one after the other, each
-waiting for the device before the next was built. Its figure measured the host, not the GPU: on the
-H200, MiniLM's tune winner ran 20,106 items/s while the forward-only ceiling of the same artifact was 55,672
-(docs/measurements/h200-2026-12-01-s10).
+waiting for the device before the next was built. Its figure measured the host, not the GPU: about a third of
+the same artifact's forward-only ceiling (docs/measurements/2026-12-01-h200-packed-embeddings).
 `serve` tokenizes in frontend processes while the engine runs, and launches a batch before it answers the last.
 
 How: tokenizer processes, as many as `serve` starts frontends for one GPU (engines/tokenize_pool.py; on a small

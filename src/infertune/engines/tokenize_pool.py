@@ -1,10 +1,9 @@
 """Tokenization in several processes for `tune`'s GPU passes, as `serve` tokenizes in its frontend processes.
 
-Why: on a GPU host the tokenizer, not the GPU, bounds an embedding model like MiniLM. Session 11 on the H200 (16
-host cores): `serve` with 12 frontend processes delivered 43,829 items/s at 32 texts per request, while `tune`'s
-pass, tokenizing on threads of one process (the Rust tokenizer's own parallelism inside), measured 30,770-31,518
-items/s (median of 30 passes) for the same engine. The issue asks tune to measure "with the same parallel
-tokenization" as serve: the same number of processes as serve starts frontends per GPU (`default_frontends`).
+Why: on a GPU host the tokenizer, not the GPU, bounds an embedding model like MiniLM, and tune should measure what
+`serve` delivers with its frontend processes, not what one process's threads tokenize
+(docs/measurements/2026-12-01-h200-engine-overlap). So tune tokenizes in as many processes as serve starts frontends
+per GPU (`default_frontends`).
 
 How: each process rebuilds the encoder that `fast_tokens.fast_encoder` set up and checked against transformers (its
 `recipe`: tokie or the Rust tokenizer, from the same JSON), so the ids are the ones the engine would get; it imports

@@ -3,7 +3,8 @@ row, attention kept inside each text by cumulative lengths (`cu_seqlens`), as TE
 
 Why: a served window of mixed lengths (up to 512 tokens) padded to its longest row wastes compute; on the H200 a
 Qwen3-Embedding shape at concurrency 64 ran 1.74 padded tokens per real one even with batches split by length
-(docs/measurements/h200-2026-11-30-s9), and splitting made batches small. Packed, a batch costs its real tokens.
+(docs/measurements/2026-11-30-h200-cuda-graphs), and splitting made batches small. Packed, a batch costs its real
+tokens.
 
 How, with parts PyTorch and transformers already have:
 - attention: PyTorch's FlashAttention varlen kernel (`torch.ops.aten._flash_attention_forward` with cumulative

@@ -1,5 +1,5 @@
-"""Memory bandwidth of this machine, the roofline's denominator: tune's causal-LM pass and the GPU scripts
-(scripts/gpu/llm_h200.py, decode_probe.py) measure it with this one function. Needs torch only."""
+"""Memory bandwidth of this machine, the roofline's denominator: tune's causal-LM pass measures it with this one
+function. Needs torch only."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 def memory_bandwidth(device: str = "cpu", mib: int = 512, reps: int = 7, warmup: int = 1) -> dict[str, Any]:
     """Memory bandwidth of this machine, the roofline's denominator.
 
-    GPU: device-to-device copy, bytes read + written, median over `reps` (the convention of the issue's
-    4.15 TB/s H200 figure). CPU: torch (all threads) reading a `mib` MiB buffer (a sum: decode reads
+    GPU: device-to-device copy, bytes read + written, median over `reps` (the convention behind
+    the 4.15 TB/s often quoted for an H200). CPU: torch (all threads) reading a `mib` MiB buffer (a sum: decode reads
     weights, it does not write them) and copying it; the best of the two medians. On a shared box the
     median under load underestimates the hardware, so `range` and `best` are reported too. `warmup`: untimed
     passes first (tune: 1; the GPU scripts: 3).

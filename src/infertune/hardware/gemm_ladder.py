@@ -6,7 +6,7 @@ GPU: bf16 `torch.mm` (the 16-bit base; fp16 below compute capability 8.0), fp8 e
 row-wise scales and bf16 out (compute capability >= 8.9), int8 `torch._int_mm` (int32 out). CPU: fp32 `torch.mm`
 (the base), bf16 `torch.mm` where the CPU has native bf16, int8 `torch._int_mm`. Only the GEMM is timed: the
 quantization of the activations before it is not (torch.compile fuses it into the kernel before; an eager engine
-pays it on top: 0.26-0.42x of bf16 on the H100, ../shared/reference/measured_on_h100.md).
+pays it on top, and eager fp8 ran slower than bf16 on an H100: docs/architecture.md, compiled engines).
 
 Timing: random inputs (tensor cores run zeros faster), several input sets rotated so a call does not find its
 operands in cache, every set's first call untimed, then up to N_SAMPLES samples per precision, interleaved across

@@ -9,9 +9,8 @@ import os
 
 def default_frontends(device: str, gpus: int) -> int:
     """One on CPU (the cores belong to the model); on GPUs up to 12 per GPU, leaving two cores per GPU for its
-    engine (batching, answers) and two for the rest. Tokenization bounds a GPU server's frontends: session 11,
-    H200 host of 16 cores, MiniLM packed, same run: 12 frontends served 40,813 items/s at 32 texts per request and
-    22,848 req/s at 1 text, 8 frontends 36,992 and 19,790."""
+    engine (batching, answers) and two for the rest. Tokenization bounds a GPU server's frontends: 12 served more
+    than 8 on a 16-core H200 host (docs/measurements/2026-12-01-h200-engine-overlap, run 2)."""
     if device == "cpu":
         return 1
     g = max(1, gpus)
@@ -19,7 +18,7 @@ def default_frontends(device: str, gpus: int) -> int:
 
 
 def tokenizer_processes() -> int:
-    """Tokenizer processes of tune's GPU pass: as many as `serve` starts frontends for one GPU (the issue's "same
-    parallel tokenization"); 1 (threads of the worker, no processes) on a small host. Processes won on the H200
-    (docs/measurements/h200-2026-12-01-s12: 12 processes 28,606 items/s, threads 25,824, one run)."""
+    """Tokenizer processes of tune's GPU pass: as many as `serve` starts frontends for one GPU, so tune measures
+    the tokenization serve will have; 1 (threads of the worker, no processes) on a small host. Processes won over
+    threads on an H200 (docs/measurements/2026-12-01-h200-tune-tokenizers, run 4)."""
     return default_frontends("cuda", 1)

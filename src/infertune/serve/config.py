@@ -152,10 +152,8 @@ def resolve_settings(cfg: ServeConfig, manifest: dict[str, Any] | None) -> Setti
         max_padding=pick("max_padding", cfg.max_padding, None, CPU_MAX_PADDING if cpu else None),
         tokenize_workers=pick("tokenize_workers", cfg.tokenize_workers, None,
                               1 if (os.cpu_count() or 1) < 8 else 2),
-        # all cores by default (torch's own default). Session 2 left one core to HTTP and tokenization
-        # (147 vs 124 items/s), but that was with batches formed ahead of the model; since batches are
-        # pulled when the model is free they are larger, and 2 threads won every round (MiniLM bf16,
-        # 2-core box, c=32, 3 interleaved rounds: 166/161/149 items/s vs 131/138/109 with 1 thread)
+        # all cores by default (torch's own default): batches pulled when the model is free are large enough
+        # that one thread per core wins over leaving a core to HTTP and tokenization (docs/serve.md, threads)
         threads=pick("threads", cfg.threads, None, None),
         device=device,
         cuda_graphs=pick("cuda_graphs", cfg.cuda_graphs, None if cpu else tuned_graphs(manifest), "auto"),

@@ -3,9 +3,8 @@
 Each new input shape makes oneDNN build and cache kernels (its primitive cache holds 1024 by default), and
 glibc's malloc raises its mmap threshold as large blocks are freed, so big activation buffers end up in
 heap arenas it cannot return. Together, a server that sees many (batch, length) shapes grows without
-visible bound. Measured on the 2-core box (MiniLM bf16, 300 random shapes, three passes over the same
-shapes, RSS in MiB): default 1402 -> 1757 -> 1959; primitive cache 256 alone 1159 -> 1422 -> 1560; fixed
-1 MiB mmap threshold alone 1247 -> 1513 -> 1555; both 1041 -> 1133 -> 1133. The engine also pads lengths
+visible bound; capping the primitive cache at 256 and fixing a 1 MiB mmap threshold together stop the growth
+(MiniLM bf16 on 2 cores, 300 random shapes: docs/serve.md, memory). The engine also pads lengths
 to a multiple of 8, which cuts the number of shapes eightfold.
 
 Both settings are defaults only: an environment that sets ONEDNN_PRIMITIVE_CACHE_CAPACITY or

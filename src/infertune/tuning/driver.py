@@ -273,8 +273,8 @@ def _refine(run: search.Run, task, ok: list, measured: list) -> list:
         if c.id in done:
             continue
         # on a GPU an engine under --drop-below of the fastest verified probe is not refined: probed before the
-        # fastest existed, it escaped the drop (the H200's fp32 reference at 0.09x took 14 s of a 23 s refine
-        # share). On a shared CPU box one probe can be halved by a neighbour, and fp32 is often the fallback.
+        # fastest existed, it escaped the drop and took most of the refine share (an fp32 reference at 0.09x).
+        # On a shared CPU one probe can be halved by a neighbour, and fp32 is often the fallback.
         slow = run.cfg.device != "cpu" and run.probes[c.id].speed < run.cfg.drop_below * top
         if i >= search.REFINE_TOP or slow:
             why = (f"probed {run.probes[c.id].speed:.1f} {task.unit}: "

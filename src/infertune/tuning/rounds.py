@@ -43,8 +43,8 @@ def rounds(run: Run, live: list, n: int, label: str, bar=None, task_id=None) -> 
 
 def _call_s(run: Run, c) -> float:
     """Expected seconds of `c`'s next timed call: the task's estimate, or what its timed calls took so far where
-    that is more. On the H200 a Qwen3-Embedding shape's calls took 3-6x what items/s implied (tokenizer
-    processes, graph replays, the answer copies), and the confirmation overran its share by its first round."""
+    that is more: on a GPU calls can take several times what items/s implies (tokenizer processes, graph
+    replays, the answer copies; docs/measurements/2026-12-02-h200-torchao-installed, run 2)."""
     est = run.task.pass_s(run, c)
     calls = len(run.samples.get(c.id, []))
     if calls:

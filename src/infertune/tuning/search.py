@@ -23,11 +23,11 @@ from infertune.tuning.worker import Worker, WorkerFailed
 REFINE_TOP = 4  # engines that get the task's refinement (batching search) and full rounds
 PROBE_MIN_S = 8.0  # an option is not started when less than this is left of the probe share
 PROBE_CALL_FLOOR_S = 60.0  # the least a probe call gets (a compile-on-first-shape warm-up fits in it)
-# An option whose first run may take this long (a compiled, graph-captured decode step: 224 s of a 540 s budget on
-# the H200) counts at half its prior: the cheap options it would starve are probed first. Cheap options cost seconds
-# each there (cuda-graph/bf16 2.2 s to its drop), so the long one still starts with most of the probe share left.
+# An option whose first run may take this long (a compiled, graph-captured decode step can take minutes) counts at
+# half its prior: the cheap options it would starve are probed first. Cheap options cost seconds each, so the long
+# one still starts with most of the probe share left.
 LONG_FIRST_RUN_S = 150.0
-RESERVE_SHARE = 0.10  # of the budget: the most kept for the owed steps (H200 MiniLM: the baseline cost 20-32 s)
+RESERVE_SHARE = 0.10  # of the budget: the most kept for the owed steps (the naive baseline's start and probe)
 STAGE_OF = {"probe": "probe", "verification": "verify", "batching search": "refine"}
 
 
@@ -309,7 +309,7 @@ def _no_time(run: Run, o: Option) -> str | None:
     """Why `o` may not start now (what is left of the probe share, less what the owed steps need), or None.
     An option with a long first run (a compile, graph capture: its probe_s) needs half of it left, or it would
     eat the next stages' time for a probe that may not finish. The reference's own probe on a GPU needs its
-    capped warm-up and probe (3 probe caps: its probe took 22.6 s on the H200 where 8 s were left). In the late
+    capped warm-up and probe (3 probe caps: a probe can take far more than the floor). In the late
     pass (shares re-cut from what was left) nothing is skipped before the run has used 80% of its budget."""
     b = run.budget
     need = max(PROBE_MIN_S, (o.probe_s or 0.0) / 2)
@@ -351,7 +351,7 @@ def probe_reference(run: Run, o: Option) -> None:
     """The reference's own probe, in its place by prior. On a CPU it always runs (its time is kept from the
     probe share): the lossless fp32 engine is often what meets the SLO when the faster ones do not. On a GPU it
     is skipped for time once a verified candidate probed faster: fp32 there trails every half-precision engine
-    (H200, Qwen3-Embedding shape: 138 against 1,570 items/s) and its capped probe still cost 24 s of 180."""
+    by an order of magnitude, and its capped probe still costs a large share of a quick budget."""
     c = o.candidate
     r = run.results.get(c.id)
     if r is None or r.status != "ok" and not (run.late and "time budget" in r.reason):

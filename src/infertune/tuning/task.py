@@ -128,8 +128,8 @@ class Task:
 
     def rank(self, r: CandidateResult) -> int:
         """Simplicity, as the registry declares it (infertune.catalog): at equal speed an unquantized candidate
-        beats any quantized one (no calibration to redo, answers kept: AMX box, openvino/bf16 cosine 0.99999 at
-        311 items/s vs its int8 PTQ 0.99754 at 323), then the engine with fewer moving parts (lower is simpler).
+        beats any quantized one (no calibration to redo, answers kept; docs/architecture.md, ties), then the
+        engine with fewer moving parts (lower is simpler).
         A family whose engines are not in the registry overrides this."""
         from infertune.registry import simplicity
 

@@ -4,11 +4,12 @@ and transformers again (~9 s of a 2-core box). Imported in the fork server only 
 Nothing here may initialise CUDA: a process forked after that cannot use the GPU ("Cannot re-initialize CUDA
 in forked subprocess"). It happens for real: torchao 0.18, which transformers' model code imports when it is
 installed (its quantizer registry), calls `torch.cuda.current_device()` at import (through `has_triton()` in its
-mx_formats kernels), and every H200 candidate failed that way in 21 s. So with a CUDA build of torch the server
-stops at torch, transformers' tokenizer side and our own code (on the build box that is 85% of the import time:
-4.9 of 5.8 s), and each worker imports the model code itself; with a CPU build it imports sentence-transformers
-too. CUDA_INITIALISED records what the imports did: a worker forked from a server where it is True asks its
-parent to start it again with spawn (worker.py), so the check holds whatever a library does at import."""
+mx_formats kernels), and every GPU candidate failed that way (docs/measurements/2026-12-02-h200-torchao-installed).
+So with a CUDA build of torch the server stops at torch, transformers' tokenizer side and our own code (85% of the
+import time on a 2-core CPU), and each worker imports the model code itself; with a CPU build it imports
+sentence-transformers too. CUDA_INITIALISED records what the imports did: a worker forked from a server where it
+is True asks its parent to start it again with spawn (worker.py), so the check holds whatever a library does at
+import."""
 
 from __future__ import annotations
 

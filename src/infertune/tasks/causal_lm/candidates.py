@@ -3,7 +3,7 @@
 CPU: bf16 needs native bf16 (AVX512-BF16 or AMX): on an AVX2-only EPYC it is emulated and slower than
 fp32, so it is not tried there. GPU: bf16 needs compute capability 8.0, fp8 8.9. The compiled, graph-
 captured step (cuda-graph-compile) comes first on GPU: it was the fastest batch-1 decode measured on the
-H200 (22.1% of the memory roofline for the Qwen3-0.6B shape, docs/measurements/h200-2026-11-29-s2), and
+H200 (22.1% of the memory roofline for the Qwen3-0.6B shape, docs/measurements/2026-11-29-h200-decode), and
 its compile must start while the budget is fresh."""
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ def options(caps: Capabilities, quick: bool = False) -> list[Option]:
                     Option(C(backend="cuda-graph", precision="bf16", quant="torchao-fp8"), "CUDA graph + torchao "
                            "fp8", 4.0, needs=("gpu-fp8",), probe_s=120.0),
                     # an eager step: torchao's dynamic activation quantization does not capture ("operation
-                    # failed due to a previous error during capture" on the H200: docs/measurements/h200-2026-12-02-s14)
+                    # failed due to a previous error during capture" on the H200:
+                    # docs/measurements/2026-12-02-h200-torchao-installed)
                     Option(C(backend="static", precision="bf16", quant="torchao-int8-dyn"), "torchao int8 dynamic "
                            "(int8 activations and weights), eager step: its quantization does not capture as a "
                            "CUDA graph", 1.5, needs=("gpu-bf16",))]

@@ -10,9 +10,9 @@ the target. The target keeps 20% of the SLO as headroom: the full rounds check t
 eval split, and a shared box is noisy.
 
 On a GPU (`trust_measured`) a point's own measured P99 counts too: no neighbour on the box's shared cores slows
-a device pass, and the line misses what overlapped batches add (each waits behind the one in flight). On the
-H200 a Qwen3-Embedding shape's line predicted 74-81 ms at 16,384 tokens where the probe measured 136-160 ms,
-the search kept that budget, and the full rounds then rejected both half-precision engines on their P99."""
+a device pass, and the line misses what overlapped batches add (each waits behind the one in flight): trusting the
+line alone once kept a budget whose P99 the full rounds then rejected
+(docs/measurements/2026-12-02-h200-torchao-installed, run 3)."""
 
 from __future__ import annotations
 

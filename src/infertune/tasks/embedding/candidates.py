@@ -5,8 +5,8 @@ here (`why`, written into results.json) and how fast it is expected to be relati
 (`prior`: the search starts with the most promising, so the time budget cuts the tail). The priors are
 measured speeds relative to torch fp32 with the same length-sorted batches: on the AMX Xeon
 (docs/cpu_engines.md, n=4 quiet interleaved rounds) OpenVINO int8 3.0x, OpenVINO bf16 2.9x, ORT dynamic
-int8 2.25x, torch bf16 1.9x, ORT static int8 1.6x, OpenVINO fp32 1.16x, ORT fp32 1.1x; on the AVX2-only
-EPYC (../shared/reference/what_runs_on_the_cpu_box.md) ORT dynamic int8 1.8x, OpenVINO fp32 1.37x, ORT
+int8 2.25x, torch bf16 1.9x, ORT static int8 1.6x, OpenVINO fp32 1.16x, ORT fp32 1.1x; on an AVX2-only
+EPYC, measured the same way, ORT dynamic int8 1.8x, OpenVINO fp32 1.37x, ORT
 fp32 1.22x, OpenVINO int8 slower than its fp32 (no VNNI).
 
 What each option needs from the host is not written here: it is declared once per precision, quantizer and
@@ -99,15 +99,15 @@ def _written(caps: Capabilities, quick: bool, extra: bool, half: str = "fp16") -
             out.append(Option(C(backend="torch-compile", precision="bf16", batching=tb),
                               "inductor-fused bf16 kernels (a compile per padded shape, ~1 min on 2 cores)",
                               2.0 if cpu.amx else 1.3, probe_s=90.0))
-        if extra:  # eager torchao int8 ran at 0.05x on the AVX2 box and trailed fp32 on AMX
+        if extra:  # eager torchao int8 ran at 0.05x on an AVX2 CPU and trailed fp32 on AMX
             out.append(Option(C(backend="torch-eager", precision="int8", quant="torchao-int8-dyn", batching=tb),
                               "torchao int8 dynamic quantization, eager (fast only compiled on GPU)", 0.2))
     else:
         out += [
             Option(C(backend="torch-eager", precision="fp16", batching=tb), "fp16 tensor cores", 4.0),
             # an encoder's batches are padded to their longest text unless packed; a decoder's always pack on a
-            # GPU (so this option is dropped for decoders). H200, MiniLM shape, forward-only ceiling in one run:
-            # 88,598 items/s packed against 56,145 padded (session 11)
+            # GPU (so this option is dropped for decoders). Packed, MiniLM's forward-only ceiling is ~1.6x the padded
+            # one on an H200 (docs/measurements/2026-12-01-h200-engine-overlap)
             Option(C(backend="torch-eager", precision="fp16", options=(("batches", "packed"),), batching=tb),
                    "fp16 with padding-free batches: texts laid end to end, FlashAttention varlen", 4.2),
             Option(C(backend="torch-eager", precision="bf16", batching=tb), "bf16 tensor cores", 3.9),

@@ -22,8 +22,8 @@ from infertune.registry import quant
 from infertune.tuning.task import Option
 
 # A quantized engine adds work to its GEMMs (the activations' quantization, scales, a compile), so when its GEMMs
-# alone are not faster than 16-bit the engine cannot be: on the H100 int8 GEMMs ran 0.72-0.85x of bf16 at 16k tokens
-# and every torchao int8 probe there was time lost (../shared/reference/measured_on_h100.md). Tunable: raise it to
+# alone are not faster than 16-bit the engine cannot be: int8 GEMMs slower than bf16 made every torchao int8 probe
+# on an H100 time lost (docs/measurements/2026-12-06-h100-compiled-embeddings, precision ladder). Tunable: raise it to
 # keep only options with a clear margin, lower it to probe near-ties anyway.
 MIN_SPEEDUP = 1.0
 MAX_S = {"cuda": 20.0, "cpu": 2.0}  # seconds of timing at most; a CPU tune must not notice it

@@ -2,7 +2,7 @@
 beside it), per-batch latency percentiles over every batch of every pass, tokens/s and padding.
 
 Why the best pass: on shared CPUs, interference from other tenants only ever slows a pass (a matmul
-loop on the idle 2-core CI box swings between 190 and 520 iterations/s over minutes; see
+loop on an idle 2-core machine swings between 190 and 520 iterations/s over minutes; see
 docs/measurement.md). The slow passes measure the neighbours, not the candidate, and no pass runs faster
 than the undisturbed machine. The minimum time is the standard answer (timeit's documentation,
 BenchmarkTools.jl's default estimator). Over three consecutive `make demo` runs the leaders' best pass

@@ -73,8 +73,8 @@ class EmbeddingTask(Task):
         calib, evals = stratified_split(lengths, cfg.eval_fraction, cfg.seed)
         # CPU passes are slow: cap the eval split so a full tune fits in minutes. GPU passes are fast, and a
         # 120-item pass is one or two batches of a GPU token budget: padded 2.4x where the same budget over the
-        # whole workload pads ~1.1x (H200, Qwen3-Embedding shape: 843 items/s in tune, 1,704 ceiling), so a
-        # quick GPU tune measures on up to 1,000 items (not yet re-measured on the H200)
+        # whole workload pads ~1.1x (tune then measured half the forward-only ceiling:
+        # docs/measurements/2026-11-30-h200-cuda-graphs), so a quick GPU tune measures on up to 1,000 items
         cap = cfg.max_eval_items or ((120 if cfg.device == "cpu" else 1000) if cfg.quick
                                      else 256 if cfg.device == "cpu" else 5000)
         evals = stratified_subsample(evals, lengths, cap, cfg.seed)
