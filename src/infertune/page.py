@@ -26,7 +26,7 @@ td.miss{color:#b00;font-weight:600}.pass{color:#1a7f37}.fail{color:#cf222e}.warn
 .badge{display:inline-block;border-radius:10px;padding:0 7px;font-size:11px;font-weight:600;color:#fff;
        background:#1a7f37}
 details{margin:.5em 0}summary{cursor:pointer;color:#0550ae}
-pre{font-size:11px;white-space:pre-wrap}svg,img{max-width:100%;height:auto}
+pre{font-size:11px;white-space:pre-wrap}.names{overflow-wrap:anywhere;font-size:11px}svg,img{max-width:100%;height:auto}
 .note{color:#57606a;font-size:12.5px}
 """
 

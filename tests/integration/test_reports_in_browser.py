@@ -166,6 +166,33 @@ def test_gpu_tune_report_shows_each_candidates_share_of_the_peak(browser, tmp_pa
     page.close()
 
 
+def test_recorded_h100_tune_report_shows_its_ladder_and_peak(browser, tmp_path):
+    """The product's own H100 tune (Qwen3-Embedding-0.6B shape), as recorded: results.json holds the precision ladder
+    and each measured candidate's share of the peak, and the report shows both on screen: the ladder's table with
+    one row per timed shape and token count, the peak table with the winner's TFLOP/s and share as recorded."""
+    from infertune.tasks.embedding.report import write_report
+
+    res = inputs.tune(inputs.TUNE_H100)
+    assert res.ladder and res.ladder["status"] == "measured" and res.winner.peak is not None
+    html_path = write_report(res, tmp_path / "tune-h100.html")
+    page = browser.new_page(viewport={"width": WIDTH, "height": 900})
+    page.goto(html_path.as_uri(), wait_until="load")
+    ladder = page.locator("#ladder")
+    ladder.scroll_into_view_if_needed()
+    assert ladder.is_visible() and "Precision ladder" in ladder.inner_text()
+    rows = page.locator("#ladder + p + table tr:has(td)")
+    assert rows.count() == len(res.ladder["cells"]) >= 2 and rows.nth(0).is_visible()
+    assert "fp8" in page.locator("#ladder + p + table").inner_text()
+    tbl = page.locator("h2#peak + table")
+    tbl.scroll_into_view_if_needed()
+    assert tbl.is_visible() and tbl.locator("tr:has(td)").count() == len([r for r in res.candidates if r.peak])
+    text = " ".join(tbl.locator("tr.winner").inner_text().split())
+    assert f"{res.winner.peak.linear_tflops:,.1f} TFLOP/s" in text and f"{res.winner.peak.fraction * 100:.1f}%" in text
+    assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH
+    _small_png(page.screenshot(), _shot_dir(tmp_path) / "tune-h100-ladder-peak.png")
+    page.close()
+
+
 def test_tune_report_shows_predicted_vs_measured(browser, tmp_path):
     """The recorded AMX tune with plan's prediction beside its winner's measurement (computed as tune computes it):
     the "Predicted vs measured" table is on screen with one row per quantity, each with its figures and error."""

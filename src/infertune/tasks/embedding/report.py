@@ -245,7 +245,9 @@ def _kernels_section(result: TuneResult) -> str:
         seen.add(key)
         att = ", ".join(f"{v} {k}" for k, v in (mix.get("attention") or {}).items()) or "-"
         rows.append([str(n), e(r.name), e(gemm_line(mix)), e(att), _f(mix.get("weight_bytes", 0) / 2**20, "{:.1f}"),
-                     e(mix.get("source", "-")), e(", ".join(mix.get("examples", [])) or mix.get("error", "-"))])
+                     e(mix.get("source", "-")),
+                     # CUDA kernel names run to 150 characters with no space: they wrap anywhere, not the page
+                     f'<div class="names">{e(", ".join(mix.get("examples", [])) or mix.get("error", "-"))}</div>'])
     if not rows:
         return ""
     head = ["#", "candidate", "GEMMs (weights)", "attention GEMMs", "weights MB", "source", "kernels"]
