@@ -167,9 +167,10 @@ def test_gpu_tune_report_shows_each_candidates_share_of_the_peak(browser, tmp_pa
 
 
 def test_recorded_h100_tune_report_shows_its_ladder_and_peak(browser, tmp_path):
-    """The product's own H100 tune (Qwen3-Embedding-0.6B shape), as recorded: results.json holds the precision ladder
-    and each measured candidate's share of the peak, and the report shows both on screen: the ladder's table with
-    one row per timed shape and token count, the peak table with the winner's TFLOP/s and share as recorded."""
+    """The product's own H100 tune (Qwen3-Embedding-0.6B shape), as recorded: results.json holds the precision ladder,
+    each measured candidate's share of the peak and plan's prediction beside the measurement, and the report shows
+    them on screen: the ladder's table with one row per timed shape and token count, the peak table with the winner's
+    TFLOP/s and share as recorded, the predicted-vs-measured rows with their errors."""
     from infertune.tasks.embedding.report import write_report
 
     res = inputs.tune(inputs.TUNE_H100)
@@ -188,6 +189,10 @@ def test_recorded_h100_tune_report_shows_its_ladder_and_peak(browser, tmp_path):
     assert tbl.is_visible() and tbl.locator("tr:has(td)").count() == len([r for r in res.candidates if r.peak])
     text = " ".join(tbl.locator("tr.winner").inner_text().split())
     assert f"{res.winner.peak.linear_tflops:,.1f} TFLOP/s" in text and f"{res.winner.peak.fraction * 100:.1f}%" in text
+    pvm = page.locator("h2#predicted + p + table tr:has(td)")  # plan's GPU bound beside what the H100 ran
+    assert res.predicted_vs_measured and pvm.count() == len(res.predicted_vs_measured)
+    first, want = " ".join(pvm.nth(0).inner_text().split()), res.predicted_vs_measured[0]
+    assert first.startswith(want.quantity) and f"{want.error_pct:+,.0f}%" in first, first
     assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH
     _small_png(page.screenshot(), _shot_dir(tmp_path) / "tune-h100-ladder-peak.png")
     page.close()
