@@ -7,6 +7,7 @@ import os
 import platform
 import socket
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from infertune.results import EnvFingerprint
 
@@ -47,3 +48,27 @@ def fingerprint(threads: int | None = None) -> EnvFingerprint:
         threads=threads,
         timestamp=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     )
+
+
+def environment_diff(then: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """What differs between the artifact's fingerprint and this host's: library versions, CPU model and ISA flags,
+    GPUs, cores. One line each; an empty list: the same environment."""
+    out = []
+    libs_a, libs_b = then.get("libraries") or {}, now.get("libraries") or {}
+    for lib in sorted(set(libs_a) | set(libs_b)):
+        if libs_a.get(lib) != libs_b.get(lib):
+            out.append(f"{lib}: {libs_a.get(lib) or 'absent'} (artifact) -> {libs_b.get(lib) or 'absent'} (here)")
+    fa, fb = set(then.get("cpu_flags") or []), set(now.get("cpu_flags") or [])
+    if fa - fb:
+        out.append(f"ISA flags only on the artifact's host: {', '.join(sorted(fa - fb))}")
+    if fb - fa:
+        out.append(f"ISA flags only here: {', '.join(sorted(fb - fa))}")
+    for key, what in (("cpu_model", "CPU"), ("cpu_cores_logical", "logical cores")):
+        if then.get(key) != now.get(key):
+            out.append(f"{what}: {then.get(key)} (artifact) -> {now.get(key)} (here)")
+    ga = [g.get("name") for g in then.get("gpu") or []]
+    gb = [g.get("name") for g in now.get("gpu") or []]
+    if ga != gb:
+        out.append(f"GPUs: {', '.join(map(str, ga)) or 'none'} (artifact) -> {', '.join(map(str, gb)) or 'none'} "
+                   "(here)")
+    return out

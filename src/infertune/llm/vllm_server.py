@@ -286,7 +286,7 @@ def check_greedy(url: str, artifact: str | Path, timeout_s: float = 300) -> dict
     m = read_manifest(root)
     tok = AutoTokenizer.from_pretrained(root / m["vllm"]["model_dir"])
     model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
-    fracs, details = [], []
+    fracs, details, served = [], [], []
     for s in m["greedy"]["samples"]:
         # token ids, not text: decoding and re-tokenizing a prompt need not give back the same ids
         body = {"model": model, "prompt": s.get("prompt_ids") or s["prompt"], "max_tokens": len(s["tokens"]),
@@ -294,7 +294,8 @@ def check_greedy(url: str, artifact: str | Path, timeout_s: float = 300) -> dict
         ch = httpx.post(f"{url}/v1/completions", json=body, timeout=timeout_s).json()["choices"][0]
         got = ch.get("token_ids") or tok(ch["text"], add_special_tokens=False)["input_ids"]
         n = prefix_match(s["tokens"], got)
+        served.append(list(got))
         fracs.append(n / max(len(s["tokens"]), 1))
         details.append({"prompt_tokens": s["prompt_tokens"], "expected": s["text"], "served": ch["text"], "match": n})
     return {"greedy_agreement": sum(fracs) / len(fracs), "exact": sum(f == 1 for f in fracs) / len(fracs),
-            "n": len(fracs), "samples": details}
+            "n": len(fracs), "samples": details, "served_tokens": served}

@@ -89,3 +89,29 @@ def test_serve_reproduces_the_recorded_greedy_continuations(served_tune, free_po
     # the same checkpoint, arguments and serving mode tune measured: token for token
     assert g["n"] >= 16 and g["exact"] == 1.0, g
     assert f"{g['n']}/{g['n']} recorded continuations reproduced exactly" in said and rc == 0
+
+
+def test_verify_proves_the_served_artifact_again(served_tune, tmp_path):
+    """`infertune verify` on the served artifact: vLLM started on it as `serve` does, every recorded continuation
+    reproduced token for token, the same prompts sent all at once (the batch check, with its agreement), the request
+    rate at tune's concurrency as a ratio to tune's own closed-loop figure, the fingerprint diffed; verify.json says
+    what the exit code says."""
+    from typer.testing import CliRunner
+
+    from infertune.cli.main import app
+
+    _, out = served_tune
+    art = out / "artifact"
+    assert (art / "load.jsonl").exists() and json.loads((art / "manifest.json").read_text())["fingerprint"]
+    # the ratio is computed, not judged here: a 2-core box running the suite beside vLLM is no speed reference
+    r = CliRunner().invoke(app, ["verify", str(art), "--out", str(tmp_path), "--lm-duration", "6",
+                                 "--max-slowdown", "0.99"])
+    got = json.loads((tmp_path / "verify.json").read_text())
+    assert got["kind"] == "causal-lm" and r.exit_code == (0 if got["ok"] else 1), r.output
+    g, b, s = got["greedy"], got["batch"], got["speed"]
+    assert g["n"] >= 16 and g["exact"] == 1.0 and g["ok"], g
+    assert b["concurrency"] >= 2 and 0 <= b["agreement"] <= 1 and b["ok"] == (b["agreement"] >= b["min_agreement"])
+    assert s["ratio"] is not None and s["ratio"] > 0 and s["here"]["n"] > 0, s
+    assert got["environment_diff"] == [] or all(isinstance(x, str) for x in got["environment_diff"])
+    assert ("batch:" in " ".join(got["failures"])) == (not b["ok"])
+    assert "recorded continuations reproduced exactly" in r.output

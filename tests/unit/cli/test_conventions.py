@@ -103,6 +103,7 @@ def test_format_duration_round_trips():
 TIME_FLAGS = {
     "bench": ["--duration", "--warmup", "--timeout", "--slo-confirm", "--wait-ready"],
     "tune": ["--time-budget", "--lm-time-budget"],
+    "verify": ["--lm-duration"],
     "serve": ["--request-timeout-s", "--graceful-timeout-s", "--drain-s", "--worker-timeout-s"],
     "validate": ["--soak", "--burst", "--stall", "--step", "--search-duration", "--sample-interval", "--timeout",
                  "--recovery-budget", "--soak-confirm"],
@@ -115,7 +116,8 @@ def _options(command: str) -> dict:
     return {decl: p for p in cmd.params for decl in getattr(p, "opts", []) if decl.startswith("--")}
 
 
-ARGS = {"bench": ["http://127.0.0.1:9"], "validate": ["http://127.0.0.1:9"], "tune": [], "serve": []}
+ARGS = {"bench": ["http://127.0.0.1:9"], "validate": ["http://127.0.0.1:9"], "tune": [], "serve": [],
+        "verify": ["runs/latest/artifact"]}
 
 
 def _parsed(command: str, args: list[str]) -> dict:

@@ -58,7 +58,7 @@ def save_served_artifact(run, result, out: Path, task) -> None:
                        "record": json.loads(record.read_text()) if record else None},
         "served_weights": f"the {c.checkpoint} checkpoint, served by vLLM exactly as tune measured it",
         "tune": {"slo": task.slo_text(), "goodput_rps": win.goodput_rps, "requests_per_s": win.requests_per_s,
-                 "concurrency": task.cfg.lm_concurrency,
+                 "concurrency": task.cfg.lm_concurrency, "accuracy_budget": task.cfg.lm_accuracy.model_dump(),
                  "ttft_ms": win.ttft_ms.model_dump() if win.ttft_ms else None,
                  "tpot_ms": win.tpot_ms.model_dump() if win.tpot_ms else None,
                  "accuracy": win.accuracy.model_dump(exclude_none=True),
@@ -68,6 +68,10 @@ def save_served_artifact(run, result, out: Path, task) -> None:
                  "env": env, "commands": commands(art / "model", job_dtype, max_len, args, env)},
         "load": {"serve": f"infertune serve {art}"},
     }
+    # what `infertune verify` measures again: this host's fingerprint and the load tune's rate was measured on
+    manifest["fingerprint"] = result.environment.model_dump(mode="json") if result.environment else None
+    if getattr(task, "sets", None) is not None and Path(task.sets.load_file).exists():
+        shutil.copy2(task.sets.load_file, art / "load.jsonl")
     (art / MANIFEST).write_text(json.dumps(manifest, indent=2))
     result.artifact = str(art)
     task.console.print(f"artifact: {art} ({c.id}; `infertune serve {art}` starts vLLM with "

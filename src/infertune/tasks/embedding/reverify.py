@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from infertune.errors import InfertuneError
+from infertune.hardware.fingerprint import environment_diff  # noqa: F401 - verify's diff, read here too
 
 
 class VerifyConfig(BaseModel):
@@ -23,6 +24,7 @@ class VerifyConfig(BaseModel):
     passes: int = Field(10, ge=1, description="timed passes over the texts (after one warm-up pass)")
     out: Path = Field(Path("."), description="directory verify.json is written to")
     accuracy_only: bool = False  # serve --verify: the accuracy half only
+    lm_duration_s: float = Field(15.0, gt=0, description="causal LMs: seconds of the closed-loop load point")
 
 
 class BucketCheck(BaseModel):
@@ -69,14 +71,19 @@ class VerifyResult(BaseModel):
     wall_s: float
 
 
-def verify(config: VerifyConfig) -> VerifyResult:
+def verify(config: VerifyConfig) -> VerifyResult | Any:
     """Re-run the artifact's accuracy and speed checks here; `ok` is False when accuracy falls outside its budget or
-    speed drops more than `max_slowdown` (the CLI exits 1)."""
+    speed drops more than `max_slowdown` (the CLI exits 1). A causal-LM artifact served by vLLM is verified through
+    vLLM (tasks/causal_lm/reverify.py: an LMVerifyResult)."""
     from infertune.hardware.fingerprint import fingerprint
     from infertune.tasks.embedding.held import measure_speed, read_held
 
     t0 = time.perf_counter()
     root, m = _manifest(config.artifact)
+    if m.get("kind") == "causal-lm":
+        from infertune.tasks.causal_lm.reverify import verify_lm
+
+        return verify_lm(config, root, m)
     held = read_held(root, m)
     device = config.device or m.get("device", "cpu")
     emb, batching = load_for_verify(root, m, device)
@@ -110,9 +117,12 @@ def _manifest(path: Path) -> tuple[Path, dict[str, Any]]:
 
     root = Path(path)
     m = read_manifest(root)
-    if m.get("kind") != "embedding":
-        raise InfertuneError(f"{root} is a {m.get('kind')} artifact; `infertune verify` proves embedding artifacts "
-                             "only (a causal-LM artifact's greedy continuations are not kept yet)")
+    if m.get("kind") == "causal-lm" and m.get("engine") != "vllm":
+        raise InfertuneError(f"{root} is a causal-LM artifact of infertune's own decode loops; `infertune verify` "
+                             "proves embedding artifacts and causal LMs served by vLLM (tune --lm-engine vllm)")
+    if m.get("kind") not in ("embedding", "causal-lm"):
+        raise InfertuneError(f"{root} is a {m.get('kind')} artifact; `infertune verify` proves embedding and "
+                             "causal-LM artifacts")
     return (root if root.is_dir() else root.parent), m
 
 
@@ -199,30 +209,6 @@ def speed_line(s: SpeedCheck) -> str:
 def _range(t: dict[str, Any]) -> str:
     s = t.get("spread")
     return f"{s[0]:.1f}-{s[1]:.1f}" if s else "-"
-
-
-def environment_diff(then: dict[str, Any], now: dict[str, Any]) -> list[str]:
-    """What differs between the artifact's fingerprint and this host's: library versions, CPU model and ISA flags,
-    GPUs, cores. One line each; an empty list: the same environment."""
-    out = []
-    libs_a, libs_b = then.get("libraries") or {}, now.get("libraries") or {}
-    for lib in sorted(set(libs_a) | set(libs_b)):
-        if libs_a.get(lib) != libs_b.get(lib):
-            out.append(f"{lib}: {libs_a.get(lib) or 'absent'} (artifact) -> {libs_b.get(lib) or 'absent'} (here)")
-    fa, fb = set(then.get("cpu_flags") or []), set(now.get("cpu_flags") or [])
-    if fa - fb:
-        out.append(f"ISA flags only on the artifact's host: {', '.join(sorted(fa - fb))}")
-    if fb - fa:
-        out.append(f"ISA flags only here: {', '.join(sorted(fb - fa))}")
-    for key, what in (("cpu_model", "CPU"), ("cpu_cores_logical", "logical cores")):
-        if then.get(key) != now.get(key):
-            out.append(f"{what}: {then.get(key)} (artifact) -> {now.get(key)} (here)")
-    ga = [g.get("name") for g in then.get("gpu") or []]
-    gb = [g.get("name") for g in now.get("gpu") or []]
-    if ga != gb:
-        out.append(f"GPUs: {', '.join(map(str, ga)) or 'none'} (artifact) -> {', '.join(map(str, gb)) or 'none'} "
-                   "(here)")
-    return out
 
 
 def accuracy_gate(path: str | Path, device: str) -> AccuracyCheck:
