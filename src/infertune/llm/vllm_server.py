@@ -299,3 +299,25 @@ def check_greedy(url: str, artifact: str | Path, timeout_s: float = 300) -> dict
         details.append({"prompt_tokens": s["prompt_tokens"], "expected": s["text"], "served": ch["text"], "match": n})
     return {"greedy_agreement": sum(fracs) / len(fracs), "exact": sum(f == 1 for f in fracs) / len(fracs),
             "n": len(fracs), "samples": details, "served_tokens": served}
+
+
+def engine_report(log: str | Path) -> dict[str, Any] | None:
+    """What vLLM says it runs, from its start-up log's engine line ("Initializing a V1 LLM engine (v0.32.0) with
+    config: ... dtype=torch.bfloat16, ... quantization=compressed-tensors, ..."): version, dtype, quantization (None
+    when it reports none). None when the log has no such line. A quantized checkpoint served with quantization=None
+    loaded its weights and never applied the scheme."""
+    import re
+
+    path = Path(log)
+    if not path.exists():
+        return None
+    text = path.read_text(errors="replace")
+    line = next((x for x in text.splitlines() if "LLM engine (" in x and "config:" in x), None)
+    if line is None:
+        return None
+    version = re.search(r"LLM engine \((v[^)]*)\)", line)
+    quant = re.search(r"\bquantization=([^,\s]+)", line)
+    dtype = re.search(r"\bdtype=([^,\s]+)", line)
+    q = quant.group(1) if quant else None
+    return {"source": "vLLM engine config (start-up log)", "vllm": version.group(1) if version else None,
+            "dtype": dtype.group(1) if dtype else None, "quantization": None if q in (None, "None") else q}

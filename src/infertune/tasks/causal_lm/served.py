@@ -50,6 +50,7 @@ class ServedLMTask(CausalLMTask):
     def __init__(self, cfg, console, ref):
         super().__init__(cfg, console, ref)
         self.sets = None
+        self.reported: dict[str, dict[str, Any] | None] = {}  # what vLLM said it runs, per candidate
         self.best_ckpt: Any = None
         self.loads: dict[str, list[dict]] = {}
         self.e2e_p99: dict[str, float] = {}  # ms, from each candidate's probe
@@ -217,7 +218,9 @@ class ServedLMTask(CausalLMTask):
         else:
             acc = accuracy(self.ref_score, score(self.ref_rows, rows), self.ref_greedy, greedy)
         ok, why = within_budget(acc, self.cfg.lm_accuracy)
-        if self.spec.random_weights and cand.id != self.baseline_id():
+        if (unapplied := self._unapplied(cand)) and ok:
+            ok, why = False, unapplied
+        if self.spec.random_weights and cand.id != self.baseline_id() and not unapplied:
             # near-uniform logits of random weights flip their argmax on rounding alone: judged on KL, as the
             # torch engine does (tasks/causal_lm/task.py)
             ok = (acc.kl_mean or 0.0) <= RANDOM_WEIGHTS_MAX_KL
@@ -227,6 +230,16 @@ class ServedLMTask(CausalLMTask):
                            f"(exact {acc.greedy_exact:.2f}; {time.perf_counter() - t:.0f} s)"
                            f"{'' if ok else '  [yellow]over budget[/]'}", highlight=False)
         return acc, ok, why
+
+    def _unapplied(self, cand) -> str:
+        """Why a quantized checkpoint's server is rejected for what vLLM reports running ("" when it applies a scheme,
+        or runs the 16-bit checkpoint): the report is kept per candidate for results.json."""
+        from infertune.llm.vllm_server import engine_report
+
+        rep = self.reported[cand.id] = engine_report(self.job(cand)["log"])
+        if cand.checkpoint == "bf16" or rep is None or rep["quantization"]:
+            return ""
+        return f"{cand.checkpoint} requested, vLLM {rep['vllm']} reports quantization=None ({rep['source']})"
 
     def extra_options(self, run) -> list[Option]:
         """The settings search: variants of the checkpoint that probed fastest among those within budget."""
@@ -301,7 +314,8 @@ class ServedLMTask(CausalLMTask):
     def summarize(self, run, cand, samples: list[dict[str, Any]]) -> dict[str, Any]:
         r = run.results[cand.id]
         served = {"checkpoint": r.executed.get("checkpoint"), "args": list(cand.args),
-                  "load_s": r.executed.get("load_s"), "loads": self.loads.get(cand.id, [])}
+                  "load_s": r.executed.get("load_s"), "loads": self.loads.get(cand.id, []),
+                  "engine_report": self.reported.get(cand.id)}
         probe = next((x for x in self.loads.get(cand.id, []) if x.get("stage") == "probe"), {})
         out: dict[str, Any] = {"requests_per_s": probe.get("requests_per_s"), "served": served}
         if not self.has_slo:
