@@ -110,6 +110,12 @@ class Accuracy(BaseModel):
     greedy_agreement: float | None = Field(
         None, description="mean fraction of greedy tokens before the first divergence")
     greedy_exact: float | None = Field(None, description="fraction of prompts whose greedy continuation matches fully")
+    greedy_batch_agreement: float | None = Field(None, description=(
+        "causal LMs served by vLLM: the candidate's greedy continuations sent at the workload's concurrency against "
+        "its own sent one at a time (token agreement before the first difference; 1.0: answers independent of the "
+        "batch)"))
+    greedy_batch_moved: list[dict] | None = Field(None, description=(
+        "the prompts whose continuation changed when batched: prompt tokens, tokens before the change"))
 
 
 class Measurement(BaseModel):

@@ -102,17 +102,24 @@ def score(ref: list[list[tuple[int, float, dict[int, float]]]],
     return {"nll": nll, "n": n, "top1_agreement": agree / n, "kl_mean": kl / n}
 
 
-def greedy(url: str, model: str, prompts: list[list[int]], n_new: int, timeout_s: float = 300) -> list[list[int]]:
-    """Temperature-0 continuations of `n_new` tokens (EOS ignored), as token ids."""
-    out = []
-    for ids in prompts:
+def greedy(url: str, model: str, prompts: list[list[int]], n_new: int, timeout_s: float = 300,
+           concurrency: int = 1) -> list[list[int]]:
+    """Temperature-0 continuations of `n_new` tokens (EOS ignored), as token ids; one request at a time, or
+    `concurrency` in flight (they then share the server's batches)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(ids: list[int]) -> list[int]:
         body = {"model": model, "prompt": ids, "max_tokens": n_new, "temperature": 0, "ignore_eos": True,
                 "return_token_ids": True, "cache_salt": fresh_salt()}
         ch = _post(url, body, timeout_s)["choices"][0]
         if ch.get("token_ids") is None:
             raise InfertuneError(f"{url} did not return token ids (return_token_ids); greedy agreement needs them")
-        out.append([int(t) for t in ch["token_ids"]])
-    return out
+        return [int(t) for t in ch["token_ids"]]
+
+    if concurrency <= 1:
+        return [one(ids) for ids in prompts]
+    with ThreadPoolExecutor(concurrency) as pool:
+        return list(pool.map(one, prompts))
 
 
 def _pct(x) -> dict[str, Any] | None:

@@ -70,7 +70,8 @@ class ServedWorker:
             if cmd == "logprobs":
                 return served.position_logprobs(url, "candidate", args["seqs"], timeout_s=timeout or 300)
             if cmd == "greedy":
-                return served.greedy(url, "candidate", args["prompts"], args["n_new"], timeout_s=timeout or 300)
+                return served.greedy(url, "candidate", args["prompts"], args["n_new"], timeout_s=timeout or 300,
+                                     concurrency=args.get("concurrency", 1))
             if cmd == "load":
                 return served.load(url, Path(args["workload"]), model="candidate", **args.get("options", {}))
         except (InfertuneError, OSError, RuntimeError) as e:

@@ -53,3 +53,23 @@ def within_budget(acc: Accuracy, budget: LMAccuracyBudget) -> tuple[bool, str]:
     if acc.top1_agreement is not None and acc.top1_agreement < budget.min_top1_agreement:
         why.append(f"top-1 agreement {acc.top1_agreement:.4f} < {budget.min_top1_agreement:g}")
     return not why, "; ".join(why)
+
+
+def judge_batch(acc: Accuracy, alone: Sequence[Sequence[int]], together: Sequence[Sequence[int]],
+                prompts: Sequence[Sequence[int]], bound: float | None) -> str:
+    """Greedy continuations sent one at a time against the same sent at once (sharing the server's batches): the
+    token agreement and the prompts that moved go into `acc`; the reason to reject, or "" (`bound` None: recorded,
+    not judged, as for the reference, whose own figure is the engine's)."""
+    fracs, moved = [], []
+    for p, a, b in zip(prompts, alone, together, strict=True):
+        n = prefix_match(a, b)
+        fracs.append(n / max(len(a), 1))
+        if n < len(a):
+            moved.append({"prompt_tokens": len(p), "after_tokens": n, "of": len(a)})
+    acc.greedy_batch_agreement = round(sum(fracs) / max(len(fracs), 1), 4)
+    acc.greedy_batch_moved = moved
+    if bound is None or acc.greedy_batch_agreement >= bound:
+        return ""
+    where = ", ".join(f"a {m['prompt_tokens']}-token prompt after {m['after_tokens']}/{m['of']}" for m in moved[:3])
+    return (f"greedy continuations move when batched: agreement {acc.greedy_batch_agreement:.3f} alone vs at once "
+            f"< {bound:.3f} ({where})")

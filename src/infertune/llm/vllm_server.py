@@ -321,3 +321,11 @@ def engine_report(log: str | Path) -> dict[str, Any] | None:
     q = quant.group(1) if quant else None
     return {"source": "vLLM engine config (start-up log)", "vllm": version.group(1) if version else None,
             "dtype": dtype.group(1) if dtype else None, "quantization": None if q in (None, "None") else q}
+
+
+def unapplied(checkpoint: str, rep: dict[str, Any] | None) -> str:
+    """Why a quantized checkpoint's server is rejected for what vLLM reports running: "" when it applies a scheme,
+    serves the 16-bit checkpoint, or left no engine line to read."""
+    if checkpoint == "bf16" or rep is None or rep["quantization"]:
+        return ""
+    return f"{checkpoint} requested, vLLM {rep['vllm']} reports quantization=None ({rep['source']})"

@@ -32,11 +32,12 @@ def test_a_quantized_checkpoint_served_unquantized_is_rejected(tmp_path):
     from infertune.tasks.causal_lm.served import ServedLMTask
 
     log = _log(tmp_path, BF16)
-    task = SimpleNamespace(reported={}, job=lambda cand: {"log": str(log)})
+    task = SimpleNamespace(reported={}, _log=lambda cand: log)
     w8a8 = SimpleNamespace(id="vllm/int8-w8a8", checkpoint="int8-w8a8")
     why = ServedLMTask._unapplied(task, w8a8)
     assert why == "int8-w8a8 requested, vLLM v0.32.0 reports quantization=None (vLLM engine config (start-up log))"
     assert task.reported["vllm/int8-w8a8"]["quantization"] is None
     assert ServedLMTask._unapplied(task, SimpleNamespace(id="vllm/bf16", checkpoint="bf16")) == ""
     log.write_text(BF16.replace("quantization=None", "quantization=compressed-tensors"))
+    task.reported.clear()
     assert ServedLMTask._unapplied(task, w8a8) == ""

@@ -212,7 +212,7 @@ def test_lm_slo_flags_on_an_embedder_are_a_user_mistake_that_names_the_right_fla
         make_task(TuneConfig(model="minilm", slo_ttft_ms=500), console(stderr=True, quiet=True))
 
 
-def test_random_weights_are_judged_on_kl_not_on_flipped_argmaxes():
+def test_random_weights_are_judged_on_kl_not_on_flipped_argmaxes(tmp_path):
     from types import SimpleNamespace
 
     from infertune.console import console
@@ -221,7 +221,7 @@ def test_random_weights_are_judged_on_kl_not_on_flipped_argmaxes():
     t = ServedLMTask.__new__(ServedLMTask)
     t.cfg, t.console = TuneConfig(model="x"), console(stderr=True, quiet=True)
     t.sets = SimpleNamespace(seqs=[[1, 2, 3]], prompts=[[1, 2]])
-    t.ref_score, t.greedy = None, {}
+    t.ref_score, t.greedy, t.reported, t.ref_batch, t.out = None, {}, {}, None, tmp_path  # no vLLM log: no report
 
     class Worker:
         def __init__(self, top):

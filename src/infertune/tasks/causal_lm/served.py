@@ -7,8 +7,7 @@ starts: the same checkpoint and the same arguments.
 
 Stages, all in tuning/'s loop: the reference starts and is verified; every checkpoint is probed (one closed-loop
 bench point) and verified; the settings search starts variants of the best checkpoint (extra_options); the
-survivors get the SLO search (full rounds) and the leaders a confirming point at the rate it found.
-"""
+survivors get the SLO search (full rounds) and the leaders a confirming point at the rate it found."""
 
 from __future__ import annotations
 
@@ -17,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from infertune.llm.vllm_server import engine_report, unapplied
 from infertune.results import CandidateResult, Latency, TuneResult
 from infertune.tasks.causal_lm.task import RANDOM_WEIGHTS_MAX_KL, CausalLMTask
 from infertune.tuning.task import Option, Probe
@@ -51,6 +51,7 @@ class ServedLMTask(CausalLMTask):
         super().__init__(cfg, console, ref)
         self.sets = None
         self.reported: dict[str, dict[str, Any] | None] = {}  # what vLLM said it runs, per candidate
+        self.ref_batch: float | None = None  # the reference's greedy agreement alone vs batched
         self.best_ckpt: Any = None
         self.loads: dict[str, list[dict]] = {}
         self.e2e_p99: dict[str, float] = {}  # ms, from each candidate's probe
@@ -167,12 +168,11 @@ class ServedLMTask(CausalLMTask):
         dtype = "bfloat16"
         if self.cfg.device == "cuda" and self.caps.gpu is not None and self.caps.gpu.half != "bf16":
             dtype = "float16"
-        logs = self.out / "served"
         return {"checkpoint": self.spec.path if cand.checkpoint == "bf16" else None,
                 "scheme": None if cand.checkpoint == "bf16" else cand.checkpoint,
                 "args": [*self.cfg.lm_vllm_args, *cand.args],
                 "device": self.cfg.device, "dtype": dtype, "max_model_len": min(self.spec.max_length, 2048),
-                "port": free_port(), "log": str(logs / f"{cand.id.replace('/', '_')}.log"),
+                "port": free_port(), "log": str(self._log(cand)),
                 "model_dir": self.spec.path, "calibration": self.calibration.file, "cache_dir": str(self.cache_dir())}
 
     def worker(self, cand, timeout_s: float):
@@ -206,7 +206,7 @@ class ServedLMTask(CausalLMTask):
 
     def verify(self, worker, cand):
         from infertune.llm.served import score
-        from infertune.llm.verify import accuracy, within_budget
+        from infertune.llm.verify import accuracy, judge_batch, within_budget
 
         t = time.perf_counter()
         rows = worker.call("logprobs", timeout=600, seqs=self.sets.seqs)
@@ -217,14 +217,19 @@ class ServedLMTask(CausalLMTask):
             acc = accuracy(self.ref_score, None, greedy, greedy)
         else:
             acc = accuracy(self.ref_score, score(self.ref_rows, rows), self.ref_greedy, greedy)
+        together = worker.call("greedy", timeout=600, prompts=self.sets.prompts, n_new=self.n_new,
+                               concurrency=self.cfg.lm_concurrency)
+        ref = self.ref_batch if cand.id != self.baseline_id() else None  # the reference's figure is the engine's
+        moved = judge_batch(acc, greedy, together, self.sets.prompts,
+                            None if ref is None else min(self.cfg.lm_accuracy.min_top1_agreement, ref))
+        self.ref_batch = acc.greedy_batch_agreement if ref is None else self.ref_batch
         ok, why = within_budget(acc, self.cfg.lm_accuracy)
-        if (unapplied := self._unapplied(cand)) and ok:
-            ok, why = False, unapplied
-        if self.spec.random_weights and cand.id != self.baseline_id() and not unapplied:
-            # near-uniform logits of random weights flip their argmax on rounding alone: judged on KL, as the
-            # torch engine does (tasks/causal_lm/task.py)
+        ok, why = (False, moved) if moved and ok else (ok, why)
+        if self.spec.random_weights and cand.id != self.baseline_id():
+            # random weights' near-uniform logits flip their argmax on rounding alone: judged on KL (causal_lm/task.py)
             ok = (acc.kl_mean or 0.0) <= RANDOM_WEIGHTS_MAX_KL
             why = "" if ok else f"random weights: KL {acc.kl_mean:.2e} > {RANDOM_WEIGHTS_MAX_KL:g} nats/token"
+        ok, why = (False, bad) if (bad := self._unapplied(cand)) else (ok, why)
         self.console.print(f"    {cand.id}: ppl {acc.ppl:.3f} ({acc.ppl_delta_rel * 100:+.2f}%), top-1 "
                            f"{acc.top1_agreement:.4f}, KL {acc.kl_mean:.2e}, greedy {acc.greedy_agreement:.2f} "
                            f"(exact {acc.greedy_exact:.2f}; {time.perf_counter() - t:.0f} s)"
@@ -232,14 +237,11 @@ class ServedLMTask(CausalLMTask):
         return acc, ok, why
 
     def _unapplied(self, cand) -> str:
-        """Why a quantized checkpoint's server is rejected for what vLLM reports running ("" when it applies a scheme,
-        or runs the 16-bit checkpoint): the report is kept per candidate for results.json."""
-        from infertune.llm.vllm_server import engine_report
+        """Why a quantized checkpoint's server is rejected for what vLLM reports running (llm/vllm_server.py)."""
+        return unapplied(cand.checkpoint, self.reported.setdefault(cand.id, engine_report(self._log(cand))))
 
-        rep = self.reported[cand.id] = engine_report(self.job(cand)["log"])
-        if cand.checkpoint == "bf16" or rep is None or rep["quantization"]:
-            return ""
-        return f"{cand.checkpoint} requested, vLLM {rep['vllm']} reports quantization=None ({rep['source']})"
+    def _log(self, cand) -> Path:
+        return self.out / "served" / f"{cand.id.replace('/', '_')}.log"
 
     def extra_options(self, run) -> list[Option]:
         """The settings search: variants of the checkpoint that probed fastest among those within budget."""
