@@ -69,7 +69,9 @@ def save_served_artifact(run, result, out: Path, task) -> None:
         "load": {"serve": f"infertune serve {art}"},
     }
     # what `infertune verify` measures again: this host's fingerprint and the load tune's rate was measured on
-    manifest["fingerprint"] = result.environment.model_dump(mode="json") if result.environment else None
+    from infertune.hardware.fingerprint import fingerprint
+
+    manifest["fingerprint"] = fingerprint(None).model_dump(mode="json")
     if getattr(task, "sets", None) is not None and Path(task.sets.load_file).exists():
         shutil.copy2(task.sets.load_file, art / "load.jsonl")
     (art / MANIFEST).write_text(json.dumps(manifest, indent=2))
