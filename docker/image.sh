@@ -39,8 +39,9 @@ command -v runc >/dev/null && RUNTIME="--runtime runc"
 if podman image exists "$BASE" || { say "pulling $BASE"; timeout 60 podman pull -q "$BASE" >"$WORK/pull.log" 2>&1; }; then
   say "base $BASE"
 else
-  say "cannot pull $BASE ($(tail -1 "$WORK/pull.log")); making $LOCAL_BASE from Debian bookworm packages"
+  say "cannot pull $BASE ($(tail -1 "$WORK/pull.log")); using $LOCAL_BASE, made from Debian bookworm packages"
   if ! podman image exists "$LOCAL_BASE"; then
+    say "making $LOCAL_BASE (docker/base.sh, about 2 min)"
     command -v mmdebstrap >/dev/null || { say "mmdebstrap is missing (apt-get install mmdebstrap)"; exit 1; }
     t0=$(date +%s)
     sh "$ROOT/docker/base.sh" "$WORK/base.tar" >"$WORK/base.log" 2>&1 || { tail -20 "$WORK/base.log"; exit 1; }
