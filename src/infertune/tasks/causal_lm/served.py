@@ -53,6 +53,8 @@ class ServedLMTask(CausalLMTask):
         self.best_ckpt: Any = None
         self.loads: dict[str, list[dict]] = {}
         self.e2e_p99: dict[str, float] = {}  # ms, from each candidate's probe
+        self.reference_off_gpu: str | None = None  # why vllm/bf16 was not started (tasks/causal_lm/fit.py)
+        self.result: TuneResult | None = None
 
     # --- setup ---------------------------------------------------------------------------------
     def load(self, out: Path) -> TuneResult:
@@ -94,14 +96,16 @@ class ServedLMTask(CausalLMTask):
             f"{cfg.device}: {summary.n_items} requests (prompt p50 {summary.tokens_p50:.0f} / p90 "
             f"{summary.tokens_p90:.0f} tokens), {self.calibration.n} calibrate the checkpoints, {self.sets.n_eval} "
             f"judge and load them; {self.slo_text()} -> {out}", highlight=False)
-        return TuneResult(kind="causal-lm", model=spec.name, config=cfg.model_dump(mode="json"), environment=env,
+        self.result = TuneResult(kind="causal-lm", model=spec.name, config=cfg.model_dump(mode="json"), environment=env,
                           workload=summary, started=env.timestamp, out_dir=str(out), reference="vllm/bf16",
                           lm={"spec": spec.to_dict(), "engine": "vllm", "vllm": " ".join(self.vllm),
                               "slo": self.slo_text(), "concurrency": cfg.lm_concurrency,
                               "eval_seqs": len(self.sets.seqs), "greedy_prompts": len(self.sets.prompts),
                               "greedy_tokens": self.n_new, "load_file": str(self.sets.load_file),
                               "calibration": self.calibration.model_dump(),
-                              "kl": f"top-{20} of each server's prompt_logprobs + tail bucket (a lower bound)"})
+                              "kl": f"top-{20} of each server's prompt_logprobs + tail bucket (a lower bound)",
+                              "accuracy_reference": {"kind": "served", "candidate": "vllm/bf16"}})
+        return self.result
 
     @property
     def n_new(self) -> int:
@@ -121,10 +125,11 @@ class ServedLMTask(CausalLMTask):
         return QUICK_BUDGET_S if self.cfg.quick else FULL_BUDGET_S
 
     def options(self, caps) -> list[Option]:
+        from infertune.tasks.causal_lm.fit import screen_task
         from infertune.tasks.causal_lm.served_candidates import checkpoint_options
 
         self.caps = caps
-        return checkpoint_options(caps, self.cfg.quick)
+        return screen_task(self, checkpoint_options(caps, self.cfg.quick), caps)  # fit before any server starts
 
     def available(self, cand) -> str | None:
         from infertune.llm.checkpoint_rules import SCHEMES, evaluate
@@ -207,12 +212,18 @@ class ServedLMTask(CausalLMTask):
         from infertune.llm.served import score
         from infertune.llm.verify import accuracy, within_budget
 
+        if getattr(self, "reference_off_gpu", None) is not None:  # bf16 did not fit: its logits off the GPU
+            from infertune.tasks.causal_lm.fit import offline_reference
+
+            offline_reference(self)
         t = time.perf_counter()
         rows = worker.call("logprobs", timeout=600, seqs=self.sets.seqs)
         greedy = worker.call("greedy", timeout=600, prompts=self.sets.prompts, n_new=self.n_new)
         self.greedy[cand.id] = greedy
         if self.ref_score is None:
             self.ref_rows, self.ref_score, self.ref_greedy = rows, score(rows), greedy
+            if getattr(self, "result", None) is not None and cand.id != self.baseline_id():
+                self.result.lm["accuracy_reference"] |= {"candidate": cand.id}
             acc = accuracy(self.ref_score, None, greedy, greedy)
         else:
             acc = accuracy(self.ref_score, score(self.ref_rows, rows), self.ref_greedy, greedy)
