@@ -40,6 +40,7 @@ class ServedLMTask(CausalLMTask):
     kind = "causal-lm"
     unit = "req/s"
     baseline_eligible = True  # vLLM's defaults on the unquantized model may well be the answer
+    quick_confirm = True  # the SLO search's rate is confirmed once, --quick or not
     baseline_label = "vLLM's defaults on the unquantized model"
     measured_how = "each server loaded alone, same load file and SLO search"
     # server starts (and checkpoint making) fill the probe stage, but the SLO searches of the full rounds are the

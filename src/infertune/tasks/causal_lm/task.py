@@ -21,6 +21,8 @@ class CausalLMTask(Task):
     kind = "causal-lm"
     unit = "tokens/s"
     baseline_eligible = True  # eager generate() is also the accuracy reference and a servable answer
+    # --quick is a diagnosis (does a loop beat eager, and why): one interleaved round, no confirmation passes
+    quick_confirm = False
 
     def __init__(self, cfg, console, ref):
         from infertune.workloads.chat import load_chat_workload
@@ -214,6 +216,16 @@ class CausalLMTask(Task):
         return (f"Winner: {win.name} at {win.tokens_per_s:.1f} tokens/s batch-1 decode ({lat}{roof}); "
                 f"perplexity {a.ppl_delta_rel * 100:+.2f}%, top-1 agreement {a.top1_agreement:.4f}, "
                 f"KL {a.kl_mean:.2e} nats/token, greedy agreement {a.greedy_agreement:.2f}.")
+
+    def compare_with_plan(self, result: TuneResult) -> None:
+        """The roofline held against the loops: when none beat eager generate(), one decision line says so and why
+        (tasks/causal_lm/diagnosis.py); results.json's `lm.diagnosis` keeps the figures."""
+        from infertune.tasks.causal_lm.diagnosis import diagnose
+
+        d = diagnose(result, self.unit)
+        if d is not None:
+            result.lm["diagnosis"] = d
+            result.decision.append(d["sentence"])
 
     # --- outputs -------------------------------------------------------------------------------
     def save_artifact(self, run, result: TuneResult, out: Path) -> None:
