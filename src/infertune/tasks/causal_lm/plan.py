@@ -39,7 +39,7 @@ def workload_plan(cfg: TuneConfig, spec, tok, loaded: tuple | None = None) -> tu
     stream = stream[:budget]
     seqs = [stream[i:i + seq_len] for i in range(0, len(stream), seq_len) if len(stream[i:i + seq_len]) > 8]
     # 2. greedy continuations on short real prompts, spread over lengths
-    n_new, n_prompts = (12, 3) if quick else (24, 4)
+    n_new, n_prompts = (8, 2) if quick else (24, 4)
     short = sorted((i for i in range(len(reqs)) if len(rendered[i]) <= 128), key=lambda i: len(rendered[i]))
     if not short:
         short = sorted(range(len(reqs)), key=lambda i: len(rendered[i]))[:n_prompts]
