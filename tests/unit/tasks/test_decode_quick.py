@@ -63,3 +63,7 @@ def test_when_no_loop_beats_eager_one_sentence_says_so_with_the_roofline():
     won = diagnose(_result([eager, _r("static/fp32", "static", 2.0)], "static/fp32"))
     assert won["loop_beats_eager"] and won["sentence"].startswith("A decode loop beat eager generate()")
     assert diagnose(_result([eager], "hf-generate/fp32")) is None  # nothing to compare
+    late = CandidateResult(name="static/fp32", status="skipped", reason="time budget: 8 s needed to start, 0 s left",
+                           candidate={"backend": "static", "precision": "fp32"})
+    none = diagnose(_result([eager, late], "hf-generate/fp32"))
+    assert none["loop_beats_eager"] is None and "static/fp32 was skipped (time budget: 8 s needed" in none["sentence"]

@@ -18,8 +18,18 @@ def diagnose(result: TuneResult, unit: str = "tokens/s") -> dict[str, Any] | Non
     measured = [r for r in result.candidates if r.tokens_per_s and r.stage != "probe"]
     eager = next((r for r in measured if r.candidate.get("backend") == EAGER), None)
     loops = [r for r in measured if r.candidate.get("backend") != EAGER]
-    if eager is None or not loops:
+    if eager is None:
         return None
+    if not loops:  # every loop skipped or failed: say which and why rather than nothing
+        untried = [r for r in result.candidates if r.candidate.get("backend") not in (EAGER, "vllm")
+                   and r.status in ("skipped", "failed") and r.reason]
+        if not untried:
+            return None
+        r = untried[0]
+        return {"loop_beats_eager": None, "eager_tokens_per_s": round(eager.tokens_per_s, 3),
+                "eager_roofline_fraction": eager.roofline_fraction,
+                "sentence": f"No decode loop was measured here, so none is compared with eager generate(): {r.name} "
+                            f"was {r.status} ({r.reason})."}
     best = max(loops, key=lambda r: r.tokens_per_s)
     win = result.winner
     beats = win is not None and win.candidate.get("backend") != EAGER

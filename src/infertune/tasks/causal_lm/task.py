@@ -159,7 +159,8 @@ class CausalLMTask(Task):
                     f"    {cand.id}: TPOT at batch {', '.join(map(str, todo))} only: compiling a batch size took "
                     f"{self.warm_s[cand.id]:.0f} s in its probe, and {max_s:.0f} s are left for this pass",
                     highlight=False)
-            self._measure(worker, cand, dict(list(p["ttft"].items())[:1]), 2, todo, timeout)
+            if p["batches"] != [1] or len(p["ttft"]) > 1:  # --quick: the probe warmed all of it (batch 1, one length)
+                self._measure(worker, cand, dict(list(p["ttft"].items())[:1]), 2, todo, timeout)
         steps = p["steps"]
         if max_s is not None and cand.id in self.call_s and self.call_s[cand.id] > max_s:
             steps = max(2, int(steps * max_s / self.call_s[cand.id]))
