@@ -71,12 +71,11 @@ class CausalLMTask(Task):
                               "static_cache_len": p["max_len"], "kl": "top-64 of the reference + tail bucket"})
 
     def default_budget_s(self) -> float:
-        """--lm-time-budget; a quarter with --quick on CPU, which answers within 3 minutes on 2 cores (on GPU a
-        compiled, graph-captured step needs its compile time whatever the mode). The quick run's verifications and
-        one interleaved round of two loops took ~200 s of a 270 s budget on a busy 2-core EPYC
-        (docs/measurements/2026-12-06-epyc-decode-quick)."""
+        """--lm-time-budget; a third with --quick on CPU, to answer within about 3 minutes on 2 cores (on GPU a
+        compiled, graph-captured step needs its compile time whatever the mode). A quarter left the static loop no
+        time to start on a busy 2-core EPYC (docs/measurements/2026-12-06-epyc-decode-quick)."""
         quick_cpu = self.cfg.quick and self.cfg.device == "cpu"
-        return self.cfg.lm_time_budget_s / 4 if quick_cpu else self.cfg.lm_time_budget_s
+        return self.cfg.lm_time_budget_s / 3 if quick_cpu else self.cfg.lm_time_budget_s
 
     def options(self, caps) -> list[Option]:
         from infertune.tasks.causal_lm.candidates import options
