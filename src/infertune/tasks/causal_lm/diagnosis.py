@@ -25,7 +25,7 @@ def diagnose(result: TuneResult, unit: str = "tokens/s") -> dict[str, Any] | Non
                    and r.status in ("skipped", "failed") and r.reason]
         if not untried:
             return None
-        r = untried[0]
+        r = next((x for x in untried if "time budget" in x.reason), untried[-1])  # the one that could have run
         return {"loop_beats_eager": None, "eager_tokens_per_s": round(eager.tokens_per_s, 3),
                 "eager_roofline_fraction": eager.roofline_fraction,
                 "sentence": f"No decode loop was measured here, so none is compared with eager generate(): {r.name} "
