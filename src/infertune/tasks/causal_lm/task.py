@@ -14,6 +14,9 @@ from infertune.results import Accuracy, CandidateResult, TuneResult
 from infertune.tuning.task import Option, Probe, Task
 
 RANDOM_WEIGHTS_MAX_KL = 0.01  # nats/token: the same function up to rounding (bf16 vs fp16: ~2e-7)
+# --quick: the reference's verification took 60-86 s of 180 under load 15 on 2 cores, and the default 55% probe
+# share then left the static loop no time to start (docs/measurements/2026-12-06-epyc-decode-quick)
+QUICK_SHARES = {"probe": 0.75, "refine": 0.75, "full": 0.93, "confirm": 0.93}
 ENGINE_RANK = {"hf-generate": 0, "static": 1, "cuda-graph": 2, "static-compile": 3, "cuda-graph-compile": 3}
 
 
@@ -46,6 +49,8 @@ class CausalLMTask(Task):
         from infertune.tasks.causal_lm.plan import workload_plan
 
         cfg, console = self.cfg, self.console
+        if cfg.quick:  # no refinement and no confirmation in a quick diagnosis: the loops' probes get that time
+            self.stage_shares = QUICK_SHARES
         if self.ref.format == "gguf":
             console.print(f"loading {self.ref.gguf_file} (a GGUF is converted once to plain safetensors, cached) ...",
                           highlight=False)
