@@ -76,9 +76,10 @@ class CausalLMTask(Task):
                               "static_cache_len": p["max_len"], "kl": "top-64 of the reference + tail bucket"})
 
     def default_budget_s(self) -> float:
-        """--lm-time-budget; a third with --quick on CPU, to answer within about 3 minutes on 2 cores (on GPU a
+        """--lm-time-budget; a third (180 s) with --quick on CPU, aiming at about 3 minutes on 2 cores (on GPU a
         compiled, graph-captured step needs its compile time whatever the mode). A quarter left the static loop no
-        time to start on a busy 2-core EPYC (docs/measurements/2026-12-06-epyc-decode-quick)."""
+        time to start on a busy 2-core EPYC; at load 9-14 the run still took 303 s, its first round overrunning
+        (docs/measurements/2026-12-06-epyc-decode-quick)."""
         quick_cpu = self.cfg.quick and self.cfg.device == "cpu"
         return self.cfg.lm_time_budget_s / 3 if quick_cpu else self.cfg.lm_time_budget_s
 
