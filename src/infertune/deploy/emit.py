@@ -26,9 +26,9 @@ def default_image(w: Workload) -> str:
     if w.image is not None:
         return w.image.name
     if w.engine == "vllm":
-        from infertune.deploy.kube_vllm import VLLM_IMAGE
+        from infertune.doctor.compat import vllm_images
 
-        return VLLM_IMAGE
+        return vllm_images()[0]["image"]  # only when no tag was chosen (deploy/image.py picks one): never :latest
     from infertune import __version__
 
     return f"infertune:{__version__}-{w.device}"

@@ -215,13 +215,19 @@ def start_vllm(artifact: str | Path, host: str = "127.0.0.1", port: int = 8000, 
 
 def serve_llm(artifact_path: str | Path, host: str = "127.0.0.1", port: int = 8000, python: str | None = None,
               extra_args: tuple[str, ...] = (), log: Path | None = None, ready_timeout_s: float = 900,
-              on_ready=None, grace_s: float = 30, check: bool = True) -> int:
+              on_ready=None, grace_s: float = 30, check: bool = True, strict_host: bool = False) -> int:
     """Serve a causal-LM artifact with vLLM until SIGTERM/SIGINT; returns vLLM's exit code (0 = clean).
 
     Prints the launch command and the URL on stderr. Once /health answers, `check` asks the server for the
     greedy continuations tune recorded and says how many match token for token; then `on_ready(url)` is called.
+    A vLLM other than the one tune measured with is one line (llm/versions.py), refused with `strict_host`.
     """
+    from infertune.llm.versions import engine_versions, python_of, version_line
+
     argv, env, m = command(artifact_path, host, port, python, extra_args)
+    tuned = m.get("versions") or {}
+    if tuned.get("vllm") and (line := version_line(tuned, engine_versions(python_of(argv)), strict_host)):
+        print(line, file=sys.stderr, flush=True)
     env_txt = " ".join(f"{k}={v}" for k, v in env.items())
     print(f"starting vLLM: {env_txt + ' ' if env_txt else ''}{shlex.join(argv)}", file=sys.stderr, flush=True)
     srv = VLLMServer(argv, env, host, port, log)

@@ -32,7 +32,7 @@ def _serve_llm(cfg: ServeConfig, manifest: dict[str, Any], path: Any) -> ServeRe
         raise InfertuneError(f"{cfg.model} is a causal-LM artifact; serving it needs infertune.llm.vllm_server"
                              ":serve_llm, which this installation does not have")
     t0 = time.monotonic()
-    code = fn(path, host=cfg.host, port=cfg.port)
+    code = fn(path, host=cfg.host, port=cfg.port, strict_host=cfg.strict_host)
     if code not in (0, None):
         raise InfertuneError(f"vLLM exited with code {code}; its log above says why (try `infertune doctor explain`)")
     return ServeResult(model=str(cfg.model), url=f"http://{cfg.host}:{cfg.port}",
