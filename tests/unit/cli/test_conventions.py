@@ -103,7 +103,7 @@ def test_format_duration_round_trips():
 TIME_FLAGS = {
     "bench": ["--duration", "--warmup", "--timeout", "--slo-confirm", "--wait-ready"],
     "tune": ["--time-budget", "--lm-time-budget"],
-    "serve": ["--request-timeout-s", "--graceful-timeout-s", "--drain-s", "--worker-timeout-s"],
+    "serve": ["--request-timeout-s", "--graceful-timeout-s", "--drain-s", "--worker-timeout-s", "--max-wait-s"],
     "validate": ["--soak", "--burst", "--stall", "--step", "--search-duration", "--sample-interval", "--timeout",
                  "--recovery-budget", "--soak-confirm"],
 }
