@@ -9,9 +9,10 @@ Retry-After) instead of queueing behind work it cannot outwait.
 
 At low load that average measures latency, not speed (one 20-token request in 30 ms reads 700 tokens/s from an
 engine that runs 5,000 in full batches), and a burst arriving then would be refused for a wait it would not have.
-An estimate is used only after TAU_S seconds of busy time in all (before that, the first answers after a
-start are slow, and one of them would refuse a burst for a wait it would not have). The rate divided by is the larger of the average and the best average seen lately (`capacity`, which fades with
-a minute's busy time: a host that got slower is believed within a minute or two).
+So the rate divided by is the larger of the average and the best average seen lately (`capacity`, which fades
+with a minute's busy time: a host that got slower is believed within a minute or two), and an estimate is used
+only after TAU_S seconds of busy time in all (the first answers after a start are slow: a cold start's one
+answer would refuse the first burst the same way).
 
 While an engine finishes nothing, the rate is not frozen at its last value: past the usual gap between answers it
 decays with the same time constant, so a stalled engine's expected wait grows and new requests are refused
