@@ -13,7 +13,7 @@ from infertune.errors import InfertuneError
 GPUS_PER_NODE_DEFAULT = 8
 
 
-def _artifact_manifest(src: Path) -> dict | None:
+def artifact_manifest(src: Path) -> dict | None:
     if not (src.is_dir() and (src / "manifest.json").is_file()):
         return None
     from infertune.artifact import read_manifest
@@ -23,7 +23,7 @@ def _artifact_manifest(src: Path) -> dict | None:
 
 def resolve_workload(cfg: DeployConfig) -> Workload:
     src = Path(cfg.source).expanduser()
-    manifest = _artifact_manifest(src)
+    manifest = artifact_manifest(src)
     if manifest is not None and manifest.get("kind", "embedding") == "embedding":
         return _serve_workload(cfg, src.resolve(), manifest)
     if manifest is not None:  # a causal-LM artifact: vLLM serves artifact/model

@@ -39,6 +39,20 @@ def _serve_llm(cfg: ServeConfig, manifest: dict[str, Any], path: Any) -> ServeRe
                        uptime_s=round(time.monotonic() - t0, 1), exit_reason="vLLM stopped cleanly")
 
 
+def _print_keys(cfg: ServeConfig) -> None:
+    """Refuse --rate-limit without keys; name each key's /metrics label by its first characters (never the key)."""
+    keys = cfg.api_keys
+    if cfg.rate_limit and not keys:
+        raise InfertuneError("--rate-limit is per API key: give the keys with --api-key (repeat it, or separate them "
+                             "with commas)")
+    if not keys:
+        return
+    shown = ", ".join(f"{i + 1} = " + (f"{k[:4]}..." if len(k) >= 12 else f"a {len(k)}-character key")
+                      for i, k in enumerate(keys))
+    limit = f"; {cfg.rate_limit:g} requests/s per key (--rate-limit)" if cfg.rate_limit else ""
+    print(f"API keys (their /metrics label = position): {shown}{limit}", file=sys.stderr, flush=True)
+
+
 def serve(config: ServeConfig) -> ServeResult:
     """Serve an embedding model until SIGTERM/SIGINT; return what was served."""
     import importlib.util
@@ -61,6 +75,7 @@ def serve(config: ServeConfig) -> ServeResult:
     if config.verify and manifest is None:
         raise InfertuneError(f"--verify checks a tuned artifact; {config.model} is not one (run `infertune tune`)")
     settings = resolve_settings(config, manifest)
+    _print_keys(config)
     if manifest is not None:
         from infertune.serve.host_check import check_host
 
