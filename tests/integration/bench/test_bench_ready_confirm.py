@@ -1,4 +1,4 @@
-"""Issue 25 against the loopback stub (tests/fixtures/openai_stub.py): bench waits for a server that answers
+"""Against the loopback stub (tests/fixtures/openai_stub.py): bench waits for a server that answers
 503 while it loads, a point against a server that never got ready is error-laden and never quoted, and
 --slo-confirm's long points find a load the queue holds where short points passed above it. ~50 s."""
 
@@ -14,7 +14,7 @@ from infertune.bench.runner import bench
 
 
 def test_bench_waits_for_a_loading_server_before_its_first_point(stub):
-    url = stub("fast", loading_s=3)  # started just now: 503 for about 3 more seconds
+    url = stub("fast", loading_s=3)  # 503 for 3 s from bench's first poll
     logs: list[str] = []
     res = bench(BenchConfig(url=url, rates=[50], duration=1, warmup=0.5, metrics_url=""), log=logs.append)
     ready = res.target["ready"]
