@@ -39,7 +39,7 @@ def _shared_keys(item) -> set[str]:
         if name in SHARED:
             keys.add(name)
         elif scope == "module":
-            keys.add(f"{item.nodeid.split('::')[0]}:{name}")
+            keys.add(f"{item.path.stem}:{name}")  # test file names are unique (rootdir-relative imports)
     return keys
 
 
@@ -66,6 +66,22 @@ def _xdist_groups(items) -> None:
             item.add_marker(pytest.mark.xdist_group(find(keys[0])))
 
 
+def _name_groups_in_nodeids(config, items) -> None:
+    """xdist's loadgroup scheduler reads an item's group from its nodeid ("path::test@group"), which xdist 3.8 sets
+    through item._nodeid; pytest 9.2 builds nodeid from item._id instead, so the suffix never showed and the groups
+    were split over the workers (each building the shared fixture). Set it where pytest 9.2 reads it."""
+    if not config.getvalue("loadgroup"):  # an xdist worker under --dist loadgroup only
+        return
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:  # pytest before 9.2: xdist's own hook names the group
+        return
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark and mark.args and "@" not in item.nodeid.rpartition("]")[2] and hasattr(item, "_id"):
+            item._id = NodeId.parse(f"{item.nodeid}@{mark.args[0]}")
+
+
 def _group(item) -> str:
     mark = item.get_closest_marker("xdist_group")
     return str(mark.args[0]) if mark and mark.args else item.nodeid
@@ -79,6 +95,7 @@ def pytest_collection_modifyitems(config, items):
             if "gpu" in item.keywords:
                 item.add_marker(skip)
     _xdist_groups(items)
+    _name_groups_in_nodeids(config, items)
     # `slow` tests (and the groups holding one) first, SHARED's in its order; then the unit tests (a broken unit fails
     # in the first minutes), then the rest. The order within each is kept (`make test` passes --no-loadscope-reorder,
     # which keeps it for xdist's scheduler too).
