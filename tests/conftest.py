@@ -70,7 +70,7 @@ def _name_groups_in_nodeids(config, items) -> None:
     """xdist's loadgroup scheduler reads an item's group from its nodeid ("path::test@group"), which xdist 3.8 sets
     through item._nodeid; pytest 9.2 builds nodeid from item._id instead, so the suffix never showed and the groups
     were split over the workers (each building the shared fixture). Set it where pytest 9.2 reads it."""
-    if not config.getvalue("loadgroup"):  # an xdist worker under --dist loadgroup only
+    if not config.getoption("loadgroup", default=False):  # an xdist worker under --dist loadgroup only
         return
     try:
         from _pytest.nodeid import NodeId

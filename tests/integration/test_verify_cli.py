@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from tune_helpers import run_cli
 
+pytestmark = pytest.mark.slow  # a tune, then five verify (or serve) processes loading torch and MiniLM
+
 
 @pytest.fixture(scope="module")
 def artifact(tmp_path_factory):
