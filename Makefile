@@ -73,10 +73,16 @@ browser:
 	  fi; \
 	fi
 
-# the two venvs build side by side (pip is mostly download and unzip): about 2 min saved on a fresh machine
+# the two venvs build side by side (pip is mostly download and unzip): about 2 min saved on a fresh machine.
+# The suite runs on TEST_WORKERS pytest-xdist workers (default: one per core, at least 2 and at most 4: each worker
+# imports torch and loads its own models): much of it waits on servers, subprocesses and fixed measuring windows,
+# which overlap. Tests sharing an expensive fixture (a tune, a server) stay on one worker (--dist loadgroup;
+# tests/conftest.py groups them) and the `slow` ones start first, in the order tests/conftest.py gives
+# (--no-loadscope-reorder keeps it). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -lt 2 ] && n=2; [ $$n -gt 4 ] && n=4; echo $$n)
 test:
 	$(MAKE) --no-print-directory -j3 venv vllm-env browser
-	$(BIN)/python -m pytest -q --durations=12
+	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # The speed claims (batching >= 2x the naive server, the --slo search repeating within 15%, the bench client's
 # rate and accuracy, 429 latency; vLLM and GPU ones where this box has them): median, spread and n of each,

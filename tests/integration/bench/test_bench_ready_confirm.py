@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from bench_helpers import run_cli
 
 from infertune.bench.config import BenchConfig
@@ -39,6 +40,7 @@ def test_a_server_that_never_got_ready_gives_error_laden_points_nobody_quotes(st
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_slo_confirm_backs_off_to_a_load_the_queue_holds(stub):
     # one request at a time, 10 ms each: capacity 100 req/s. Above it the backlog after T s is (r - 100) x T
     # requests of 10 ms: with 1 s points (+0.5 s warm-up) p99 <= 60 ms passes up to r = 104 req/s, with the

@@ -46,7 +46,9 @@ def test_requests_expected_to_wait_past_their_deadline_get_429_at_once(minilm_se
         err = r.json()["error"]
         assert err["code"] == "rate_limit_exceeded" and "deadline" in err["message"]
         assert int(r.headers["retry-after"]) >= 1
-        assert seconds < 2.0  # refused at once: not queued behind the work it could not outwait
+        # refused at once: sooner than the answered requests were served, not queued behind the work it could not
+        # outwait (a bound from this run's own service time, so a loaded box does not fail it)
+        assert seconds < max(s for _, s, _ in ok)
     assert metric(url, "infertune_rejected_total", reason="expected_wait") - before == len(refused)
     # the default deadline (--max-wait-s, 10 s here) holds a few such requests without refusing any
     assert all(s == 200 for s, _, _ in asyncio.run(_post_all(url, [body] * 3, {})))

@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
 from validate_helpers import ROOT, run_cli
+
+pytestmark = pytest.mark.slow  # each test a `validate` run of seconds-long drills against a real server
 
 SHORT = ["--soak", "6s", "--step", "1.5s", "--burst", "2s", "--stall", "3s", "--sample-interval", "0.5"]
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from validate_helpers import run_cli
 
 
+@pytest.mark.slow
 def test_the_soak_runs_at_the_rate_its_confirm_point_held(fake_artifact, tmp_path):
     out = tmp_path / "v"
     # the fake backend answers a request in ~1-3 ms: 0.8 x 40 = 32 req/s holds a P99 of 1 s on any box
