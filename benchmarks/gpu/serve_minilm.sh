@@ -48,7 +48,7 @@ curl -s localhost:8000/ready | $PY -c "import json, sys; w = json.load(sys.stdin
 for point in "c256:--concurrency 256" "b32:--inputs-per-request 32 --concurrency 32"; do
   name=${point%%:*}_$TAG; mkdir -p /tmp/bench_$name "$OUT/bench_$name"
   $I bench http://127.0.0.1:8000 ${point#*:} --workers 4 --duration $S --warmup 3 --out /tmp/bench_$name 2>&1 | tail -3
-  cp /tmp/bench_$name/bench.json "$OUT/bench_$name/"   # only the JSON comes back (a file-count limit)
+  cp /tmp/bench_$name/bench.json "$OUT/bench_$name/"   # only the JSON is kept: the results folder stays a few files
 done
 kill -TERM $SRV; wait $SRV; echo "serve exit $?"; tail -2 "$OUT/serve_$TAG.log"
 done

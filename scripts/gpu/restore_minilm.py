@@ -1,4 +1,4 @@
-"""On the device machine: the carried MiniLM (.gpu/minilm, weights rounded to fp16 and xz-compressed by
+"""On the GPU host: the copied MiniLM (.gpu/minilm, weights rounded to fp16 and xz-compressed by
 scripts/gpu/carry.sh) as an fp32 model directory at argv[1], the layout `infertune tune` reads."""
 
 import lzma

@@ -1,6 +1,6 @@
 """`serve --device cuda` goes through the same batch core as serve on a CPU: in one process (--frontends 1, the core
 in a thread) and in the processes topology (an engine process per GPU, a GPU host's default), /ready names the
-batch core class, and both answer with the same vectors. Run on the lent H200 by the device tool:
+batch core class, and both answer with the same vectors. Run on an H200 GPU host with:
 `bash scripts/gpu/serve_cuda_test.sh` (the GPU image has no embedded-model package: INFERTUNE_TEST_MINILM names
 the restored MiniLM directory)."""
 

@@ -22,7 +22,7 @@ def quick_run(tmp_path_factory, user_jsonl):
 
     The SLO is 10 s per batch, not the default 100 ms: whether this box meets 100 ms depends on how busy it is
     (beside two CPU hogs torch's threads wait on each other, and the smallest batch, one 256-token text, read
-    P99 1.8 s: no winner, exit 3; issue 25). The tests check the contract and serve the winner; a 10 s SLO is
+    P99 1.8 s: no winner, exit 3). The tests check the contract and serve the winner; a 10 s SLO is
     met on any box, so a winner always exists. That tune meets the default SLO is `make bench`'s business."""
     out = tmp_path_factory.mktemp("run")
     r = run_cli("tune", "minilm", "--workload", str(user_jsonl), "--quick", "--time-budget", str(TUNE_BUDGET_S),

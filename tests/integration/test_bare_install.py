@@ -1,4 +1,4 @@
-"""`pip install .` with no extras, in a fresh venv (issue 16): each command either works or says in one
+"""`pip install .` with no extras, in a fresh venv: each command either works or says in one
 line which install to run (exit 2); no traceback. ~15 s with pip's cache warm; skipped when pip cannot
 reach an index (the dependencies are pydantic, typer, rich, numpy, psutil, httpx)."""
 

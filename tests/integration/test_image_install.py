@@ -1,4 +1,4 @@
-"""issue 29, point 2, where no image builder runs: the Dockerfile's install steps (docker/install.sh, which both
+"""Where no image builder runs: the Dockerfile's install steps (docker/install.sh, which both
 Dockerfiles run) executed in a fresh venv from the checkout, then `infertune serve` from that venv on an artifact
 and one request. The served process's RSS is compared with the memory limit deploy writes for the artifact.
 

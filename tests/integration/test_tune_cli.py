@@ -60,7 +60,7 @@ def test_quick_tune_writes_contract_results_report_and_artifact(quick_run):
 @pytest.mark.slow
 def test_artifact_reproduces_the_tuned_candidate(quick_run, user_jsonl):
     """The artifact gives the vectors of the candidate tune measured: the candidate prepared again here, with the
-    calibration texts tune gave it (a static int8 winner's ranges come from them; the AVX2 build box picks one)."""
+    calibration texts tune gave it (a static int8 winner's ranges come from them; an AVX2-only box picks one)."""
     from infertune.config import Candidate
     from infertune.models.embedding import embedding_spec, load_tokenizer
     from infertune.registry import load_backend

@@ -1,5 +1,5 @@
 """The documented library calls (`infertune.bench(BenchConfig(...))`, `infertune.plan(...)`, ...) are the
-functions, also after their subpackages were imported (issue 16: `import infertune.bench.config` turned
+functions, also after their subpackages were imported (`import infertune.bench.config` once turned
 `infertune.bench` into a module, and the README's own snippet did that import)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""issue 30: `inspect` on an embedding model counts what it runs. Qwen3-Embedding-0.6B is published as a
+"""`inspect` on an embedding model counts what it runs. Qwen3-Embedding-0.6B is published as a
 Qwen3ForCausalLM checkpoint in a sentence-transformers directory: inspect used to give it decode FLOPs and
 "KV cache: 114688 bytes/token". An embedder runs its body once per input: prefill FLOPs at the workload's
 lengths, no lm_head, no KV cache, and the pooling its 1_Pooling/config.json names (last token here)."""

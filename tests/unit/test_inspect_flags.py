@@ -1,4 +1,4 @@
-"""issue 15: inspect prints both FLOP figures; a gap over 10% between them is flagged (DeepSeek-V2-Lite:
+"""inspect prints both FLOP figures; a gap over 10% between them is flagged (DeepSeek-V2-Lite:
 prefill 1.82 vs 4.52, decode 16.73 vs 4.94 GFLOP/token), and agreement stays quiet. No torch needed."""
 
 from infertune.inspect import flop_notes

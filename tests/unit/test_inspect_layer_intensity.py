@@ -1,4 +1,4 @@
-"""issue 30: inspect's per-layer table gives each layer's bytes and arithmetic intensity (FLOPs / bytes of one step
+"""inspect's per-layer table gives each layer's bytes and arithmetic intensity (FLOPs / bytes of one step
 at batch 1), checked by hand on a two-layer Llama small enough to count: what a layer reads is its weights, each
 Linear's input and output, and its KV cache (written in prefill, read in decode)."""
 

@@ -1,4 +1,4 @@
-"""issue 30: inspect's headline FLOPs for an MoE model. On meta tensors the router's picks mean nothing, so torch's
+"""inspect's headline FLOPs for an MoE model. On meta tensors the router's picks mean nothing, so torch's
 counter saw DeepSeek-V2-Lite at 1.93 (prefill) and 60.33 (decode) GFLOP/token where a token really multiplies
 through ~2.4B active weights (15.7B total). The headline and the per-layer table must be the analytic count
 then, and a config transformers has no code for must still be counted, analytically, saying so.

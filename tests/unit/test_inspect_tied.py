@@ -1,4 +1,4 @@
-"""issue 14: inspect counts tied weights once. Qwen3-0.6B ties lm_head to embed_tokens; counting the shared
+"""inspect counts tied weights once. Qwen3-0.6B ties lm_head to embed_tokens; counting the shared
 matrix twice reported 751M parameters instead of ~596M. The true count comes from transformers itself:
 the model built from the config on the meta device, whose parameters() yields a tied weight once."""
 

@@ -1,5 +1,5 @@
 """Every fenced code block in README.md is executed or checked here, so the README cannot drift from the
-code (issue 16).
+code.
 
 - ```python blocks run in this process, in a folder holding the placeholder files they name
   (`path/to/config.json` is a Llama-3-8B config). Calls that need a server or minutes of CPU

@@ -1,6 +1,8 @@
-"""README.md, docs/ and src/ speak of the product: what it does, how to run it, what it measured and on what. They
-never tell how the repository was built: no work-period numbers, no issue or pull-request numbers of this
-repository, no remote tooling, and measurement folders are named `<date>-<hardware>-<topic>`."""
+"""README.md, docs/, src/, tests/, benchmarks/, scripts/, docker/, the Makefile and pyproject.toml speak of the
+product: what it does, how to run it, what each test proves, what was measured and on what hardware. They never
+tell how the repository was built: no work-period numbers, no issue or pull-request numbers of this repository, no
+remote tooling, and measurement folders are named `<date>-<hardware>-<topic>`. This file is not read: it lists
+the patterns."""
 
 import re
 from pathlib import Path
@@ -32,11 +34,17 @@ COMPILED = {why: re.compile(p, re.IGNORECASE) for why, p in PATTERNS.items()}
 FOLDER = re.compile(r"^20[0-9]{2}-[0-9]{2}-[0-9]{2}-[a-z0-9]+-[a-z0-9]+(-[a-z0-9]+)*$")
 
 
+SELF = Path(__file__).resolve()
+TOPS = ("docs", "src", "tests", "benchmarks", "scripts", "docker")
+# Files with no suffix that are read all the same (the Dockerfiles' suffix is their flavour: .cpu, .cuda).
+NAMED = {"Makefile", "Dockerfile.cpu", "Dockerfile.cuda"}
+
+
 def files() -> list[Path]:
-    out = [ROOT / "README.md"]
-    for top in ("docs", "src"):
-        out += sorted(p for p in (ROOT / top).rglob("*") if p.is_file() and p.suffix in TEXT
-                      and "__pycache__" not in p.parts)
+    out = [ROOT / "README.md", ROOT / "Makefile", ROOT / "pyproject.toml"]
+    for top in TOPS:
+        out += sorted(p for p in (ROOT / top).rglob("*") if p.is_file() and (p.suffix in TEXT or p.name in NAMED)
+                      and "__pycache__" not in p.parts and p.resolve() != SELF)
     return out
 
 
@@ -78,12 +86,12 @@ def test_product_words_pass(line):
     assert not offences(line), offences(line)
 
 
-def test_readme_docs_and_src_speak_of_the_product():
+def test_the_repository_speaks_of_the_product():
     bad = []
     for p in files():
         for no, why, line in offences(p.read_text(errors="replace")):
             bad.append(f"{p.relative_to(ROOT)}:{no}: {why}: {line}")
-    assert not bad, "workshop talk in README.md, docs/ or src/:\n" + "\n".join(bad[:40])
+    assert not bad, "workshop talk in the repository's files:\n" + "\n".join(bad[:40])
 
 
 def test_measurement_folders_are_named_date_hardware_topic():

@@ -1,4 +1,4 @@
-"""issue 30's small wrong texts, each held to what the code does: the vLLM memory fraction sentence, the frontends
+"""Small wrong texts, each held to what the code does: the vLLM memory fraction sentence, the frontends
 per GPU in serve's help, and no claim of a TensorRT backend (README, the ONNX Runtime backend)."""
 
 from __future__ import annotations

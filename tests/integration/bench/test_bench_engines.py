@@ -3,7 +3,7 @@
 The server runs a fake-backend artifact (forward sleeps a fixed time per padded token, GIL released; no torch), so
 its capacity is set by that cost and not by how busy the box is: what is checked is what the search answers
 against a real server (HTTP, tokenizer, batching, its queue), not the engine's speed. Against the real MiniLM,
-the search's answer moves with the box's load, and on the 2-core AVX-512 box of session 14 a short overload put
+the search's answer moves with the box's load, and on a 2-core AVX-512 box a short overload put
 `infertune serve minilm` into a regime where it completed 4-18 req/s for points afterwards (45 req/s
 closed-loop), which failed a search alone; that search, and whether a second one repeats it within 15%, is
 `make bench` (benchmarks/slo_repeat.py).
@@ -67,8 +67,7 @@ def test_slo_search_against_infertune_serve_answers_a_measured_bracketed_rate(se
     """One `--slo` search against `infertune serve`: its answer is a rate that was measured and passed every
     repeat, and the rate just above it, within the tolerance, was measured and failed. Whether a second search
     lands within 15% of the first is a benchmark (`make bench`, benchmarks/slo_repeat.py): it moves with the
-    box's load (a fresh `make test` on a busy AMX box read 1.86 against the 1.15 goal; alone it passed;
-    issue 25)."""
+    box's load (a fresh `make test` on a busy AMX box read 1.86 against the 1.15 goal; alone it passed)."""
     # The SLO and the window come from a one-at-a-time probe, as the benchmark sets them up against MiniLM
     # (benchmarks/slo_repeat.py has the history): P99 <= 50x the one-at-a-time latency within 1000-5000 ms,
     # ~100 requests per point. The search starts one 10% step below the capacity measured closed-loop just

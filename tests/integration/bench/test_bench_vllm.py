@@ -6,7 +6,7 @@ Needs `make vllm-env` (make test builds it).
 
 The CI box is sometimes 2-4x slower than others (AVX2 only, no native bf16): the c=4 point's window is
 sized from the request time measured at c=1 on this box, not from constants. On such a box a fixed 8 s
-window once held no request at c=4 (issue 12).
+window once held no request at c=4.
 """
 
 from __future__ import annotations

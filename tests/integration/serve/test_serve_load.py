@@ -128,7 +128,7 @@ def test_tuned_artifact_serves_concurrent_requests_in_batches_with_direct_vector
     directly, and 32 clients at once for 4 s are all answered, in batches of several requests (one forward
     pass per request is what the naive server does). How much faster than that naive server it is (>= 2x the
     items/s) is measured side by side by `make bench` (benchmarks/serve_vs_naive.py): a ratio of two
-    throughputs moves with the box's load, so it is a benchmark, not a test (issue 25)."""
+    throughputs moves with the box's load, so it is a benchmark, not a test."""
     srv = bench.ours(str(tuned_artifact), "--drain-s", "0")  # stopped below, nothing routing to it
     try:
         srv.wait_ready()

@@ -1,4 +1,4 @@
-"""validate's verdicts end to end (issue 16): nothing listening at the URL is said within seconds, and a
+"""validate's verdicts end to end: nothing listening at the URL is said within seconds, and a
 soak whose latency breaks the SLO is not a PASS (exit 4). About 15 s on the 2-core box."""
 
 from __future__ import annotations

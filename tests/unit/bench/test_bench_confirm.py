@@ -1,4 +1,4 @@
-"""The confirm stage (issue 25): the SLO search's answer re-measured with long points, backing off until one
+"""The confirm stage: the SLO search's answer re-measured with long points, backing off until one
 meets the SLO. Fake servers: one whose tail grows with the window above a sustainable load (short points pass
 above it, long ones do not), and a FIFO queue past its capacity (it falls behind)."""
 

@@ -1,4 +1,4 @@
-"""Errors are never throughput (issue 25): a point with more than 1% failed requests is error-laden, not
+"""Errors are never throughput: a point with more than 1% failed requests is error-laden, not
 valid, shown as such in the table, bench.json and bench.html, and never quoted as max throughput; bench
 waits for a server that refuses connections or answers 503 before its first point (bench.ready, with a
 fake probe)."""

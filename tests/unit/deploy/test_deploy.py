@@ -1,4 +1,4 @@
-"""`infertune deploy`: issue 15's four acceptance cases, each written to disk, read back and validated offline
+"""`infertune deploy`: four cases, each written to disk, read back and validated offline
 (Kubernetes schemas via kubernetes-validate, our CRD schemas, the Compose Specification schema), plus
 negative tests showing that a file that does not validate fails."""
 

@@ -1,4 +1,4 @@
-"""Issue 26: deploy of Llama-3-8B on an RTX 4060 Laptop and on an H100 names the llm-compressor step when the
+"""deploy of Llama-3-8B on an RTX 4060 Laptop and on an H100 names the llm-compressor step when the
 weights are quantized, mounts the checkpoint it writes, and never passes vLLM a --quantization flag."""
 
 from pathlib import Path

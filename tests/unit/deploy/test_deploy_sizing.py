@@ -1,4 +1,4 @@
-"""issue 29: pods sized from what tune measured and placed by the artifact's engine and fingerprint, in
+"""Pods sized from what tune measured and placed by the artifact's engine and fingerprint, in
 node-feature-discovery / GPU feature discovery label names; the image deploy names and the command that builds it;
 the vLLM tag from the CUDA compat table. Every written file is read back and validated strictly."""
 
@@ -17,7 +17,7 @@ from infertune.errors import InfertuneError
 
 CONFIGS = Path(__file__).parents[1] / "configs"
 NFD = "feature.node.kubernetes.io/cpu-cpuid."
-EPYC = ["avx2", "fma"]  # the AVX2-only build box
+EPYC = ["avx2", "fma"]  # an AVX2-only 2-core box
 SPR = ["avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16",
        "amx_int8"]
 CASCADE = ["avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"]
@@ -166,7 +166,7 @@ def test_untuned_qwen3_embedding_on_cpu_covers_its_fp32_weights(tmp_path):
     _, spec = pod_of(docs, "qwen3-embedding-0-6b")
     lim = spec["containers"][0]["resources"]["limits"]["memory"]
     weights = 4 * qwen3_params(cfg)
-    assert weights / 2**30 == pytest.approx(2.22, abs=0.01)  # the issue's figure for its fp32 weights
+    assert weights / 2**30 == pytest.approx(2.22, abs=0.01)  # the reported figure for its fp32 weights
     assert int(lim.removesuffix("Mi")) * 2**20 >= weights * 1.3
     assert r.workload.sizing.figures["estimated"] is True
     assert spec["nodeSelector"][NFD + "AVX2"] == "true"

@@ -56,9 +56,9 @@ def test_named_groups_are_reported():
     assert m.details == {"heads": "28", "tp": "8"}
 
 
-# ---- issue 15: the seed error strings `doctor explain` missed, each explained by the right cause first ------
+# ---- error strings users reported that `doctor explain` missed, each explained by the right cause first ------
 
-ISSUE_15 = {
+REPORTED_ERRORS = {
     "secure-boot-module-rejected": [
         "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service",
         "[    3.214] Lockdown: modprobe: unsigned module loading is restricted; see man kernel_lockdown.7",
@@ -102,8 +102,8 @@ ISSUE_15 = {
 }
 
 
-@pytest.mark.parametrize("sig_id,log", [(k, v) for k, vs in ISSUE_15.items() for v in vs])
-def test_issue_15_seed_errors_rank_the_right_cause_first(sig_id, log):
+@pytest.mark.parametrize("sig_id,log", [(k, v) for k, vs in REPORTED_ERRORS.items() for v in vs])
+def test_reported_errors_rank_the_right_cause_first(sig_id, log):
     res = explain(f"INFO starting\n{log}\nINFO exiting\n")
     assert res.matches and res.matches[0].id == sig_id, [m.id for m in res.matches]
     assert res.matches[0].confidence == "high"
@@ -142,9 +142,9 @@ def test_near_misses_of_the_new_signatures_stay_silent(log):
     assert explain(log).matches == []
 
 
-# ---- issue 29: the seed strings, alone and in the logs they come with, each explained by the right cause first ----
+# ---- GPU host errors, alone and in the logs they come with, each explained by the right cause first ----
 
-ISSUE_29 = [
+GPU_HOST_ERRORS = [
     # alone, the module-load failure names its causes (Secure Boot first) and points at doctor's probes
     ("nvidia-module-load-failed", "Unable to load the nvidia kernel module"),
     ("nvidia-module-load-failed", "ERROR: Unable to load the kernel module 'nvidia.ko'.  This happens most frequently "
@@ -175,8 +175,8 @@ ISSUE_29 = [
 ]
 
 
-@pytest.mark.parametrize("sig_id,log", ISSUE_29)
-def test_issue_29_seed_strings_rank_the_right_cause_first(sig_id, log):
+@pytest.mark.parametrize("sig_id,log", GPU_HOST_ERRORS)
+def test_gpu_host_errors_rank_the_right_cause_first(sig_id, log):
     res = explain(f"INFO starting\n{log}\nINFO exiting\n")
     assert res.matches and res.matches[0].id == sig_id, [m.id for m in res.matches]
     assert res.matches[0].confidence == "high"

@@ -1,4 +1,4 @@
-"""issue 29: doctor's checks before serving, each against recorded command output and files (recorded/): it finds
+"""doctor's checks before serving, each against recorded command output and files (recorded/): it finds
 its fault with a one-line fix, and says nothing above `ok` on a clean host."""
 
 from pathlib import Path

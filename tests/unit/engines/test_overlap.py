@@ -146,8 +146,8 @@ def test_tokenizer_processes_give_the_engines_ids_and_feed_the_pass(monkeypatch)
 
 
 def test_a_tune_worker_can_start_tokenizer_processes():
-    """Tune's workers are daemonic processes, and multiprocessing refuses children to a daemon: the first H200
-    tune of session 12 failed its reference that way. A worker starts a tokenizer pool and gets the ids."""
+    """Tune's workers are daemonic processes, and multiprocessing refuses children to a daemon: an H200
+    tune once failed its reference that way. A worker starts a tokenizer pool and gets the ids."""
     from infertune.tasks.embedding.artifact import load_model
     from infertune.tuning.worker import run_isolated
 
@@ -176,7 +176,7 @@ def test_chunks_hold_about_one_full_batch_of_the_budget():
 
 def test_a_pool_has_every_process_started_before_it_is_used():
     """The pool's start-up calls meet at a barrier, so each process has started and answered once: no timed pass
-    pays for a process still starting (GPU probes with the pool ran 10-20x slower than later passes in session 12)."""
+    pays for a process still starting (GPU probes with the pool ran 10-20x slower than later passes on an H200)."""
     import multiprocessing as mp
 
     from infertune.engines.tokenize_pool import TokenizerPool

@@ -1,4 +1,4 @@
-"""issue 30: `infertune export` writes a model that gives the original's vectors in every length bucket of the
+"""`infertune export` writes a model that gives the original's vectors in every length bucket of the
 workload (cosine >= 0.9999 each input), for ONNX, OpenVINO and a TorchScript .pt traced from MiniLM; a state_dict
 without --config and a pickled model are refused with one line."""
 

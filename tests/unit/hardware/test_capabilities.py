@@ -106,7 +106,7 @@ def test_causal_lm_candidates_follow_the_cpu_and_gpu():
 
     amx, avx2 = caps(AMX), caps(AVX2)
     assert any("bf16" in i for i in _tried(options(amx, True), amx))
-    # on an AVX2-only CPU bf16 would be emulated: not tried (it was, and ran slower, before issue 12)
+    # on an AVX2-only CPU bf16 would be emulated: not tried (it once was, and ran slower)
     assert not any("bf16" in i and not i.startswith("vllm") for i in _tried(options(avx2, True), avx2))
     h200 = caps(AMX, "cuda", GPU(name="H200", capability=(9, 0)))
     opts = [o for o in options(h200, True) if o.role == "candidate" and needs(h200, o.needs) is None]

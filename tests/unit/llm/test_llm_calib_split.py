@@ -1,4 +1,4 @@
-"""Issue 26: the calibration file llm-compressor's oneshot reads is the workload's length-stratified calibration
+"""The calibration file llm-compressor's oneshot reads is the workload's length-stratified calibration
 split, rendered with the chat template, in the JSON-lines shape the step's command names."""
 
 import json

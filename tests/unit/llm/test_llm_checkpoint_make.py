@@ -1,4 +1,4 @@
-"""Issue 26: make_checkpoint runs llm-compressor's oneshot in its own venv and records what it made. Here the venv is
+"""make_checkpoint runs llm-compressor's oneshot in its own venv and records what it made. Here the venv is
 a stand-in: a `bin/python` that runs this interpreter with a fake llmcompressor package first on the path, whose
 oneshot writes a checkpoint directory (or fails, when asked to)."""
 

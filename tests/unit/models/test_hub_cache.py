@@ -1,4 +1,4 @@
-"""issue 30: a Hub id resolves from the local Hugging Face cache, offline; without it, one line says what to download
+"""A Hub id resolves from the local Hugging Face cache, offline; without it, one line says what to download
 and where. `plan BAAI/bge-small-en-v1.5` is run through the real CLI entry point."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 26: plan names the step that makes a quantized checkpoint and serves its output; it never puts a
+"""plan names the step that makes a quantized checkpoint and serves its output; it never puts a
 --quantization flag on a directory that is not quantized (it used to print `--quantization awq_marlin` for
 Llama-3-8B's bf16 weights on an 8 GiB laptop GPU)."""
 

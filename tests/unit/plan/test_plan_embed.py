@@ -1,4 +1,4 @@
-"""issue 14: `plan` for embedding models. MiniLM (encoder) and a Qwen3-Embedding-0.6B-shaped decoder on an
+"""`plan` for embedding models. MiniLM (encoder) and a Qwen3-Embedding-0.6B-shaped decoder on an
 RTX 4060 Laptop and an H100: fits on one GPU, no KV-cache figures, a vLLM pooling-runner command; the
 memory and throughput figures are checked against the formulas in plan/embed.py, computed here by hand."""
 
@@ -77,7 +77,7 @@ def test_trtexec_shapes_cover_every_input_token_type_ids_included(qwen3_embeddin
     t = shlex.split(r.commands["trtexec"])
     for flag in ("--minShapes", "--optShapes", "--maxShapes"):
         args = [x for x in t if x.startswith(flag + "=")]
-        assert len(args) >= 2  # one optimisation profile per length bucket (issue 30)
+        assert len(args) >= 2  # one optimisation profile per length bucket
         for arg in args:
             assert [s.split(":")[0] for s in arg.split("=", 1)[1].split(",")] == [
                 "input_ids", "attention_mask", "token_type_ids"]

@@ -1,4 +1,4 @@
-"""Issue 15's plan bugs, one test each: GPU count, nvidia-smi names, H100 PCIe, --max-num-seqs, model names,
+"""plan bugs, one test each: GPU count, nvidia-smi names, H100 PCIe, --max-num-seqs, model names,
 llama.cpp command, local GPU detection."""
 
 import shlex

@@ -1,4 +1,4 @@
-"""plan/layers.py (issue 30): the per-layer count inspect falls back to adds up to plan's whole-model count, so a
+"""plan/layers.py: the per-layer count inspect falls back to adds up to plan's whole-model count, so a
 table and its headline never disagree, and MoE layers read the experts their tokens reach. No torch."""
 
 from pathlib import Path

@@ -72,7 +72,7 @@ def test_commands_have_the_planned_flags():
                  f"--tensor-parallel-size {r.tensor_parallel_size}", "--kv-cache-dtype fp8"):
         assert flag in v
     # fp8 weights are served from the checkpoint llm-compressor writes, which says its method in config.json:
-    # a --quantization flag would be refused by vLLM (issue 26)
+    # a --quantization flag would be refused by vLLM
     assert v.split()[2] == r.checkpoint.output and "--quantization" not in v
     assert "FP8_DYNAMIC" in r.commands["llm-compressor"]
     d = r.commands["docker"]
@@ -81,7 +81,7 @@ def test_commands_have_the_planned_flags():
 
 
 def test_tensorrt_llm_lengths_from_workload(tmp_path):
-    """A causal LM's TensorRT route is TensorRT-LLM (issue 30): no trtexec on an ONNX nothing writes."""
+    """A causal LM's TensorRT route is TensorRT-LLM: no trtexec on an ONNX nothing writes."""
     wl = tmp_path / "w.jsonl"
     wl.write_text("".join(json.dumps({"prompt_tokens": n, "output_tokens": 16}) + "\n" for n in range(8, 108)))
     r = plan(PlanConfig(model=str(CONFIGS / "qwen3-0.6b.json"), gpu="L4", workload=wl, concurrency=4))

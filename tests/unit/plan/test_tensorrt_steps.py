@@ -1,4 +1,4 @@
-"""issue 30: the TensorRT steps plan prints and export writes are right. Encoders: trtexec with one profile per
+"""The TensorRT steps plan prints and export writes are right. Encoders: trtexec with one profile per
 length bucket of the tokenized workload, capped at the model's limit, every input named; decoders: the
 TensorRT-LLM route and no trtexec on a file nothing makes. Every printed flag is checked against the tools'
 documented flags (data/tool_flags.toml); the checker itself is shown to catch a misspelt flag."""

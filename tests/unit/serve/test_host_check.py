@@ -1,4 +1,4 @@
-"""issue 29: serve compares the artifact's tune host with its own before it loads anything. The host's CPU flags are
+"""serve compares the artifact's tune host with its own before it loads anything. The host's CPU flags are
 faked with INFERTUNE_CPU_FLAGS, so the check runs the same on any box."""
 
 import json

@@ -105,7 +105,7 @@ def test_within_the_margin_the_same_engine_with_the_lower_p99_wins():
 
 
 def test_inside_the_tie_margin_the_unquantized_candidate_wins():
-    """AMX box, session 8: openvino int8 PTQ 322.8 items/s (cos 0.99754) vs openvino bf16 311.3 (0.99999): tied
+    """On an AMX Xeon: openvino int8 PTQ 322.8 items/s (cos 0.99754) vs openvino bf16 311.3 (0.99999): tied
     within 10%, so bf16 wins (no calibration, answers kept); outside the margin int8 still wins."""
     def cand(name, ips, p99, cos, quant):
         r = _r(name, ips, p99, cos)

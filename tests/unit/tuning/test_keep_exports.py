@@ -1,4 +1,4 @@
-"""issue 30: `tune --keep-exports` keeps the workers' exported files in <out>/exports (named in results.json's
+"""`tune --keep-exports` keeps the workers' exported files in <out>/exports (named in results.json's
 search section); without it the work folder is deleted as before."""
 
 from __future__ import annotations

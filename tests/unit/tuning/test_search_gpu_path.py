@@ -1,8 +1,8 @@
 """The whole search loop (driver._search) on a GPU host's options, with a fake task and no processes: the
 order, the reference's probe and a long first run put off for time once a candidate probed, then tried in the
 late pass because the run had time left, the owed baseline measured, the costs recorded, the fastest candidate
-picked. The GPU path is otherwise only run on the
-lent H200, where a crash in it (a format of a missing probe_s) cost the session's last device run."""
+picked. The GPU path is otherwise only run on an H200, where a crash in it (a format of a missing probe_s)
+cost a GPU run."""
 
 from __future__ import annotations
 

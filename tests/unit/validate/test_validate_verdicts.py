@@ -1,4 +1,4 @@
-"""validate's verdicts are honest (issue 16): a soak whose P99 breaks the SLO is not a PASS (exit 4), a peak
+"""validate's verdicts are honest: a soak whose P99 breaks the SLO is not a PASS (exit 4), a peak
 that passed once is not soaked, a long soak says where it is at least once a minute."""
 
 from __future__ import annotations
