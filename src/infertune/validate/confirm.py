@@ -33,7 +33,7 @@ def confirm_soak_rate(target: Target, api: str, req: Requests, start: float, cfg
     from infertune.bench.report import fmt
     from infertune.bench.slo import confirm, parse_slo
 
-    slo = parse_slo(cfg.slo, ERROR_BUDGET, streaming=False, keepup=KEEPUP)
+    slo = parse_slo(cfg.slo, ERROR_BUDGET, streaming=api == "completions", keepup=KEEPUP)
     duration = cfg.confirm_s
     warmup = max(2.0, duration / 6)  # the window should see the queue the rate settles into, not its start
 

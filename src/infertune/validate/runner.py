@@ -36,7 +36,8 @@ def find_peak(target: Target, api: str, model: str | None, req, cfg: ValidateCon
     work = to_file(req, (out or Path(".infertune-validate")) / "workload-screened.jsonl")
     bcfg = BenchConfig(url=target.url, api=api, model=model, workload=work, slo=cfg.slo,
                        duration=cfg.search_duration_s, warmup=min(2.0, cfg.search_duration_s / 2), slo_repeats=2,
-                       timeout=cfg.timeout_s, seed=cfg.seed, out=out / "peak" if out else None, metrics_url="")
+                       timeout=cfg.timeout_s, seed=cfg.seed, out=out / "peak" if out else None, metrics_url="",
+                       stream=api == "completions")
     log(f"peak: searching the highest rate meeting {cfg.slo} ({cfg.search_duration_s:g} s per point)")
     res = bench(bcfg, log=lambda s: log(f"  {s}"))
     from infertune.validate.analysis import confirmed_rates
@@ -85,10 +86,12 @@ def confirm_soak(target: Target, api: str, req, peak: float, cfg: ValidateConfig
     return c.load, ev
 
 
-def _requests(cfg: ValidateConfig, api: str, model: str | None):
+def _requests(cfg: ValidateConfig, api: str, model: str | None, default: Path | None = None):
+    """The drills' requests: --workload, else the target's own (an LLM artifact's load.jsonl, the prompts tune
+    measured), else bench's default; completions are streamed (TTFT and TPOT per request)."""
     from infertune.workloads.bodies import build
 
-    return build(api, model, False, cfg.workload, None, cfg.seed)
+    return build(api, model, api == "completions", cfg.workload or default, None, cfg.seed)
 
 
 def screen(target: Target, api: str, req, log: Log):
@@ -181,7 +184,7 @@ def validate(cfg: ValidateConfig, log: Log | None = None) -> ValidateResult:
         result.target = {"url": target.url, "started_by_validate": target.owned, "api": api, "model": model,
                          "limits": target.limits, "worker": target.info.get("worker"),
                          "settings": target.info.get("settings"), "server_log": str(target.log_path or "")}
-        req, screened = screen(target, api, _requests(cfg, api, model), log)
+        req, screened = screen(target, api, _requests(cfg, api, model, target.workload), log)
         result.target["workload"] = {**req.summary(), "screening": screened}
         if cfg.peak:
             result.peak = {"rps": cfg.peak, "source": "flag", "slo": cfg.slo, "confirmed": None,

