@@ -46,7 +46,10 @@ def buckets(req: Requests, max_tokens: int | None, per_bucket: int = 8) -> dict[
 
 def long_tail(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConfig,
               log: Callable[[str], None]) -> Drill:
+    from infertune.validate.config import point_s
+
     t_wall = time.monotonic()
+    step = point_s(cfg, "step_s", api)
     max_tok = target.limits.get("max_input_tokens")
     bks = buckets(req, max_tok)
     truncate = bool(target.limits.get("truncate"))
@@ -56,12 +59,12 @@ def long_tail(target: Target, api: str, req: Requests, peak: float, cfg: Validat
                                             "points": []} for k, b in bks.items()}
     names = ", ".join(f"{k} ~{b['tokens_est']:g} tokens" for k, b in bks.items())
     log(f"long tail: buckets {names}; rates "
-        f"{', '.join(f'{f:g}' for f in LADDER)} x peak, {cfg.step_s:g} s each")
+        f"{', '.join(f'{f:g}' for f in LADDER)} x peak, {step:g} s each")
     fails: list[str] = []
     for frac in LADDER:
         rate = frac * peak
         streams = [Stream(k, b["bodies"], b["in_tokens"], rate * shares[k] / total) for k, b in bks.items()]
-        run = run_streams(target.url, api, streams, min(1.0, cfg.step_s / 4), cfg.step_s, cfg.timeout_s, cfg.seed)
+        run = run_streams(target.url, api, streams, min(1.0, step / 4), step, cfg.timeout_s, cfg.seed)
         w0 = run.t0 + run.warmup
         for k in bks:
             recs = [r for r in run.records(k) if r.sched >= w0]
@@ -95,7 +98,7 @@ def long_tail(target: Target, api: str, req: Requests, peak: float, cfg: Validat
             continue
         b["knee"] = knee([p["rate_rps"] for p in b["points"]], [p["p99_ms"] for p in b["points"]])
     knees = {k: b["knee"].get("rate") for k, b in table.items() if k != "over_limit" or truncate}
-    evidence = {"peak_rps": round(peak, 3), "ladder_x_peak": list(LADDER), "step_s": cfg.step_s,
+    evidence = {"peak_rps": round(peak, 3), "ladder_x_peak": list(LADDER), "step_s": step,
                 "max_input_tokens": max_tok, "truncate": truncate, "buckets": table, "knee_rps": knees}
     ttft = {k: b["points"][-1].get("p99_ttft_ms") for k, b in table.items() if b["points"]
             and "p99_ttft_ms" in b["points"][-1]}

@@ -31,14 +31,16 @@ def find_peak(target: Target, api: str, model: str | None, req, cfg: ValidateCon
     same requests the drills send."""
     from infertune.bench.config import BenchConfig
     from infertune.bench.runner import bench
+    from infertune.validate.config import point_s
     from infertune.workloads.bodies import to_file
 
+    secs = point_s(cfg, "search_duration_s", api)
     work = to_file(req, (out or Path(".infertune-validate")) / "workload-screened.jsonl")
     bcfg = BenchConfig(url=target.url, api=api, model=model, workload=work, slo=cfg.slo,
-                       duration=cfg.search_duration_s, warmup=min(2.0, cfg.search_duration_s / 2), slo_repeats=2,
+                       duration=secs, warmup=min(2.0, secs / 2), slo_repeats=2,
                        timeout=cfg.timeout_s, seed=cfg.seed, out=out / "peak" if out else None, metrics_url="",
                        stream=api == "completions")
-    log(f"peak: searching the highest rate meeting {cfg.slo} ({cfg.search_duration_s:g} s per point)")
+    log(f"peak: searching the highest rate meeting {cfg.slo} ({secs:g} s per point)")
     res = bench(bcfg, log=lambda s: log(f"  {s}"))
     from infertune.validate.analysis import confirmed_rates
 

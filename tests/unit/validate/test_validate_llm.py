@@ -95,3 +95,33 @@ def test_an_llm_artifact_brings_its_own_workload(tmp_path: Path):
     req = _requests(ValidateConfig(target="x"), "completions", "m", wl)
     body = json.loads(req.bodies[0])
     assert body["prompt"] == "Hello there" and body["stream"] is True and body["max_tokens"] == 4
+
+
+def test_llm_points_are_long_enough_for_streamed_completions_unless_given():
+    from infertune.validate.config import LLM_POINT_S, point_s
+
+    assert point_s(ValidateConfig(target="x"), "search_duration_s", "completions") == LLM_POINT_S
+    assert point_s(ValidateConfig(target="x"), "step_s", "embeddings") == 5.0
+    assert point_s(ValidateConfig(target="x", step_s=7), "step_s", "completions") == 7.0
+
+
+def test_cli_leaves_server_dependent_defaults_to_the_server(monkeypatch):
+    """--recovery-budget, --step, --search-duration not given: the config knows (an LLM gets its own defaults)."""
+    from typer.testing import CliRunner
+
+    import infertune.validate.runner as runner
+    from infertune.cli.main import app
+
+    seen = []
+
+    def fake(cfg, log=None):
+        seen.append(cfg)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(runner, "validate", fake)
+    monkeypatch.setattr("infertune.extras.require", lambda *a, **k: None)
+    CliRunner().invoke(app, ["validate", "http://127.0.0.1:9", "--peak", "1"])
+    CliRunner().invoke(app, ["validate", "http://127.0.0.1:9", "--peak", "1", "--recovery-budget", "45s"])
+    assert "recovery_budget_s" not in seen[0].model_fields_set and budget(seen[0])[0] == LLM_RECOVERY_BUDGET_S
+    assert "step_s" not in seen[0].model_fields_set and seen[0].step_s == 5.0
+    assert budget(seen[1])[0] == 45.0
