@@ -26,7 +26,8 @@ def test_validate_soaks_vllm_on_ttft_tpot_and_serve_restarts_it_after_a_kill(ser
     ev = soak.evidence
     assert ev["ttft_ms"]["n"] >= 3 and ev["tpot_ms"]["p99"] > 0 and ev["ok"] >= 3, soak.reason
     terms = {t["term"]: t for t in ev["slo"]["terms"]}
-    assert terms["p99_ttft_ms"]["value"] == ev["ttft_ms"]["p99"] and terms["p99_tpot_ms"]["met"] is not None
+    assert terms["p99_ttft_ms"]["value"] == pytest.approx(ev["ttft_ms"]["p99"], abs=0.01)
+    assert terms["p99_tpot_ms"]["met"] is not None
     k = kill.evidence
     assert kill.passed, kill.reason
     assert k["new_pid"] not in (None, k["killed_pid"]) and k["ready_again_s"] > 0 and k["recovery_s"] is not None
