@@ -117,11 +117,14 @@ def point(run: Run, url: str, api: str, timeout: float, label: str | None = None
 
 class BackgroundLoad:
     """Open-loop load at a fixed rate in back-to-back segments, until stop(). Segments restart the client
-    sessions, so there is a gap of a few hundred ms between them; requests are never in a gap."""
+    sessions, so there is a gap of a few hundred ms between them; requests are never in a gap. A segment holds
+    at least 4 arrivals and lasts its full length even when every request fails at once (a server that refuses
+    connections while it restarts): a segment's schedule starts with a send, so short or early-ending segments
+    would send faster than the rate."""
 
     def __init__(self, url: str, api: str, stream: Stream, timeout: float, segment_s: float = 2.0, seed: int = 0):
-        self.url, self.api, self.stream, self.timeout, self.segment_s, self.seed = url, api, stream, timeout, \
-            segment_s, seed
+        self.url, self.api, self.stream, self.timeout, self.seed = url, api, stream, timeout, seed
+        self.segment_s = max(segment_s, 4.0 / stream.rate) if stream.rate > 0 else segment_s
         self.records: list[tuple] = []
         self.error: str | None = None
         self._stop = threading.Event()
@@ -153,6 +156,7 @@ class BackgroundLoad:
                     self.error = r["error"]
                 else:
                     self.records.extend(r["records"])
+            self._stop.wait(max(0.0, t0 + self.segment_s - time.monotonic()))
 
     def stop(self) -> list[tuple]:
         self._stop.set()

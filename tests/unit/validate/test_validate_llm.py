@@ -125,3 +125,18 @@ def test_cli_leaves_server_dependent_defaults_to_the_server(monkeypatch):
     assert "recovery_budget_s" not in seen[0].model_fields_set and budget(seen[0])[0] == LLM_RECOVERY_BUDGET_S
     assert "step_s" not in seen[0].model_fields_set and seen[0].step_s == 5.0
     assert budget(seen[1])[0] == 45.0
+
+
+def test_background_load_keeps_its_rate_when_every_request_fails_at_once():
+    """While vLLM restarts, connections are refused at once: segments must not follow each other faster."""
+    import time
+
+    from infertune.validate.load import BackgroundLoad, Stream
+
+    body = json.dumps({"model": "m", "prompt": "hi", "max_tokens": 1}).encode()
+    with BackgroundLoad("http://127.0.0.1:9", "completions", Stream("s", [body], [1], 2.0), 5.0) as bg:
+        assert bg.segment_s == 2.0
+        time.sleep(4.0)
+        recs = bg.stop()
+    assert recs and all(r.error for r in recs)
+    assert len(recs) <= 2.0 * 6 + 2  # ~2 req/s over ~4-6 s, not a burst of instant retries
