@@ -240,7 +240,7 @@ def serve_llm(artifact_path: str | Path, host: str = "127.0.0.1", port: int = 80
         print(f"vLLM ready at {holder[0].url}/v1 (model {m.get('model')!r}, pid {holder[0].proc.pid}) after "
               f"{took:.0f} s; Ctrl-C or SIGTERM stops it", file=sys.stderr, flush=True)
         if check and m.get("greedy", {}).get("samples"):
-            report_greedy(check_greedy(holder[0].url, artifact_path))
+            greedy_or_say(holder[0].url, artifact_path)
         if on_ready:
             on_ready(holder[0].url)
         return supervise(holder, lambda: VLLMServer(argv, env, host, port, log), stopping,
@@ -252,6 +252,16 @@ def serve_llm(artifact_path: str | Path, host: str = "127.0.0.1", port: int = 80
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def greedy_or_say(url: str, artifact_path: str | Path) -> None:
+    """The greedy check's line, or why it stopped: a vLLM that dies during it is restarted, not the end of serve."""
+    import httpx
+
+    try:
+        report_greedy(check_greedy(url, artifact_path))
+    except (httpx.HTTPError, KeyError, ValueError) as e:
+        print(f"greedy check interrupted: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
 
 
 def report_greedy(g: dict[str, Any]) -> None:
