@@ -84,3 +84,16 @@ def test_sigterm_and_sigint_keep_their_exit_codes():
     srv = FakeServer(exits_after=None)
     code, *_ = run(srv, [], stopping=[signal.SIGINT])
     assert code == 0 and srv.stopped_with == signal.SIGINT
+
+
+def test_a_vllm_dying_during_the_greedy_check_does_not_end_serve(monkeypatch, capsys):
+    import httpx
+
+    import infertune.llm.vllm_server as vs
+
+    def dies(url, artifact):
+        raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+
+    monkeypatch.setattr(vs, "check_greedy", dies)
+    vs.greedy_or_say("http://127.0.0.1:9", "art")
+    assert "greedy check interrupted: RemoteProtocolError" in capsys.readouterr().err
