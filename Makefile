@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test bench venv lint clean vllm-env llmc-env browser screenshots image
+.PHONY: demo test bench venv lint clean vllm-env llmc-env browser screenshots image image-venv
 
 # pip's chatter (index warnings) goes to a log; it is shown only when the install fails
 $(STAMP): pyproject.toml constraints.txt
@@ -73,10 +73,16 @@ browser:
 	  fi; \
 	fi
 
-# the two venvs build side by side (pip is mostly download and unzip): about 2 min saved on a fresh machine
+# the two venvs build side by side (pip is mostly download and unzip): about 2 min saved on a fresh machine.
+# The suite runs on TEST_WORKERS pytest-xdist workers (default: one per core, at least 2 and at most 4: each worker
+# imports torch and loads its own models): much of it waits on servers, subprocesses and fixed measuring windows,
+# which overlap. Tests sharing an expensive fixture (a tune, a server) stay on one worker (--dist loadgroup;
+# tests/conftest.py groups them) and the `slow` ones start first, in the order tests/conftest.py gives
+# (--no-loadscope-reorder keeps it). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -lt 2 ] && n=2; [ $$n -gt 4 ] && n=4; echo $$n)
 test:
 	$(MAKE) --no-print-directory -j3 venv vllm-env browser
-	$(BIN)/python -m pytest -q --durations=12
+	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # The speed claims (batching >= 2x the naive server, the --slo search repeating within 15%, the bench client's
 # rate and accuracy, 429 latency; vLLM and GPU ones where this box has them): median, spread and n of each,
@@ -95,13 +101,26 @@ lint: $(STAMP)
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(LLMC_VENV) .cache runs .pytest_cache
 
-# The image's install, checked without an image builder (or where no base image is reachable): this runs the
-# Dockerfiles' install steps (docker/install.sh) in a fresh venv from the checkout, serves ARTIFACT from it, sends one
-# request and compares the served RSS with deploy's memory limit.
-# On a 2-core CPU it took 88 s (install 74 s, from local wheels); elsewhere it downloads ~1 GB and needs
-# `make demo`'s artifact, so it is not part of `make test`. TORCH_INDEX=pypi uses pip's own configuration for torch.
+# `make image`: docker/Dockerfile.cpu built with podman and run (docker/image.sh). The base is python:3.11-slim from
+# the registry; where it cannot be pulled, a stand-in is made from Debian bookworm's packages (docker/base.sh, about
+# 2 min) and passed as --build-arg BASE. The image then serves ARTIFACT (default runs/latest/artifact from `make demo`)
+# mounted read-only at /models/NAME and answers one /v1/embeddings request on 127.0.0.1; it prints the image size
+# and the cold start. On the 2-core EPYC the build took about 6 min (docs/measurements/2026-12-06-epyc-container-image/);
+# not part of `make test`. TORCH_INDEX=pypi lets pip's own configuration (an index, or find-links holding the +cpu
+# wheel) provide torch where download.pytorch.org is not reachable. Needs root podman (apt-get install podman runc
+# mmdebstrap). `make image-venv` is the check without an image builder: the same install steps in a fresh venv.
 ARTIFACT ?= runs/latest/artifact
 TORCH_INDEX ?= pypi
 image: $(STAMP)
+	@test -f $(ARTIFACT)/manifest.json || { echo "image: no artifact at $(ARTIFACT): run \`make demo\` or pass ARTIFACT=path"; exit 2; }
+	TORCH_INDEX=$(TORCH_INDEX) bash docker/image.sh $(ARTIFACT) \
+	  $$($(BIN)/python -c "import json,sys; from infertune.deploy.image import engine_extras; \
+	    print(','.join(engine_extras(json.load(open(sys.argv[1]))['candidate']['backend'], 'cpu')))" $(ARTIFACT)/manifest.json)
+
+# The image's install, checked without an image builder (or where no base image is reachable): this runs the
+# Dockerfiles' install steps (docker/install.sh) in a fresh venv from the checkout, serves ARTIFACT from it, sends one
+# request and compares the served RSS with deploy's memory limit.
+# On a 2-core CPU it took 88 s (install 74 s, from local wheels); elsewhere it downloads ~1 GB.
+image-venv: $(STAMP)
 	INFERTUNE_IMAGE_TEST=1 INFERTUNE_IMAGE_ARTIFACT=$(ARTIFACT) TORCH_INDEX=$(TORCH_INDEX) \
 	  $(BIN)/python -m pytest -q -s tests/integration/test_image_install.py

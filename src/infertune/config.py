@@ -166,7 +166,7 @@ class TuneConfig(BaseModel):
     time_budget_s: Seconds | None = Field(None, gt=0, description=(
         "wall-clock budget of the whole run, sensitivity search included; default: 300 s for embeddings "
         "on CPU (150 with --quick), 300 s on GPU (180 with --quick); lm_time_budget_s for causal LMs "
-        "(half with --quick)"))
+        "(a third with --quick for the torch decode loops on CPU)"))
     drop_below: float = Field(0.5, ge=0, lt=1, description=(
         "successive halving: a candidate whose probe runs below this fraction of the best verified probe "
         "so far is dropped with its figure"))

@@ -18,14 +18,19 @@ Writes (under --out):
   k8s/prometheus-adapter-values.yaml the custom-metrics rules the HPA reads (with --hpa)
   compose.yaml                       one host: a service per replica, GPUs reserved, healthcheck, model mounted read-only
   image/build.sh, image/run.sh       infertune serve: the docker build of the image (docker/Dockerfile.cpu|cuda, the engine's extras); one docker run
+  k8s/NAME-alerts.yaml               infertune serve: a PrometheusRule (P99 over the SLO, queue wait, load over the measured rate, 5xx share, NaN rows, engine restarts)
+  prometheus/NAME-rules.yaml         the same alerts as a Prometheus rule file (checked with `promtool check rules` when installed)
+  grafana/NAME-dashboard.json        a Grafana dashboard with the same thresholds drawn on its panels
 
 Memory requests/limits come from tune's measured peak RSS (+ --memory-headroom), CPU requests from the threads tune measured with, node selectors from the artifact's engine and the host it was tuned on (node-feature-discovery / GPU feature discovery labels); the vLLM image tag from the driver's CUDA (--cuda, default this host's).
+Alert and dashboard thresholds are measured figures, never guesses: the artifact's SLO, its batch P99 and items/s (manifest.json), and with --from-validate validate.json's SLO, sustainable rate, the soak's error rate and restart count, the finite-output drill; each alert's threshold_source annotation says which. An alert without a figure is not written (the notes say which figure would add it).
 Every file is validated offline (Kubernetes schemas, the CRDs' fields, the Compose Specification) when the [deploy] extra is installed.
 
 \b
 Examples:
   infertune deploy runs/latest/artifact --replicas 3
   infertune deploy runs/latest/artifact --device cuda --replicas 2 --hpa
+  infertune deploy runs/latest/artifact --from-validate runs/validate/validate.json
   infertune deploy ./Meta-Llama-3-8B --gpu H100 --gpus 2
   infertune deploy ./Meta-Llama-3-70B --gpu H100 --gpus 8 --nodes 2"""  # noqa: E501
 
@@ -68,6 +73,10 @@ def deploy_cmd(
     hpa_target: Annotated[float | None, typer.Option(
         help="per pod: requests in flight (default 8; vLLM waiting 2) or P99 seconds (0.25)")] = None,
     max_replicas: Annotated[int | None, typer.Option(help="HPA maximum (default 4x --replicas)")] = None,
+    from_validate: Annotated[Path | None, typer.Option(
+        help="validate.json of `infertune validate` against this model: its SLO, sustainable rate, the soak's "
+             "error rate and restarts become the alerts' and dashboard's thresholds (beside the artifact's own "
+             "SLO, batch P99 and throughput)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON on stdout")] = False,
 ) -> None:
     from infertune.console import console
@@ -79,7 +88,7 @@ def deploy_cmd(
         replicas=replicas, context=context, concurrency=concurrency, dtype=dtype, model_pvc=model_pvc,
         model_host_path=model_host_path, model_path_in_volume=model_subpath, image=image, cuda=cuda,
         memory_headroom=memory_headroom, name=name, port=port,
-        hpa=hpa, hpa_metric=hpa_metric, hpa_target=hpa_target, max_replicas=max_replicas,
+        hpa=hpa, hpa_metric=hpa_metric, hpa_target=hpa_target, max_replicas=max_replicas, from_validate=from_validate,
     ))
     con = console(stderr=as_json)  # what was written is the result: stdout, unless --json takes it
     w = r.workload

@@ -36,9 +36,17 @@ Examples:
   infertune serve minilm --port 8080          # untuned MiniLM, fp32
   curl -s localhost:8000/v1/embeddings -H 'Content-Type: application/json' -d '{"model": "minilm", "input": ["hello", "world"]}'
 
-Batching: items are tokenized, length-sorted within a short window and packed while items x longest <= --batch-tokens (and, on CPU, padded/real tokens <= --max-padding), waiting at most --max-wait-ms for company. With --max-queue requests in flight the next one gets 429 with Retry-After. Over-length input gets 400 naming the limit unless --truncate. SIGTERM/SIGINT: /ready fails, connections are still accepted for --drain-s, then everything accepted is answered and the process exits 0 (a second signal stops at once).
+Batching: items are tokenized, length-sorted within a short window and packed while items x longest <= --batch-tokens (and, on CPU, padded/real tokens <= --max-padding), waiting at most --max-wait-ms for company.
+
+Admission: a request is refused at once, never left to wait past its deadline (--max-wait-s, or the request's header X-Infertune-Deadline-Ms: 2000): 429 with Retry-After when the work queued ahead of it (tokens outstanding / the engine's measured tokens/s) is expected to take longer, or when --max-queue requests are in flight; 503 when the engine has work and finished nothing for longer than the deadline (stalled). --rate-limit N/s caps each --api-key. Over-length input gets 400 naming the limit unless --truncate. SIGTERM/SIGINT: /ready fails, connections are still accepted for --drain-s, then everything accepted is answered and the process exits 0 (a second signal stops at once).
 
 Processes: on CPU one process by default (HTTP + tokenizer threads + the model). With --frontends N (default on GPUs: all cores but two per GPU and two more, at most 12 per GPU) N frontend processes share the port (HTTP, JSON, tokenization, rendering) and one engine process per device (--devices) owns the model and the batching; a dead engine is restarted, /metrics adds up every process. --ceiling measures the forward-only items/s to compare a bench run with."""  # noqa: E501
+
+
+def parse_rate(text: str) -> float:
+    from infertune.serve.limits import parse_rate as parse
+
+    return parse(text)
 
 
 def parse_prompts(items: list[str] | None) -> dict[str, str]:
@@ -63,9 +71,24 @@ Model = Annotated[str, typer.Argument(help="tune artifact dir, encoder dir, or a
 Host = Annotated[str, typer.Option(help="interface to bind; loopback unless you mean to expose it")]
 Port = Annotated[int, typer.Option(help="TCP port (0 = any free port, printed at start)")]
 Device = Annotated[str | None, typer.Option(help="cpu or cuda (default: the artifact's device, else cpu)")]
-ApiKey = Annotated[str | None, typer.Option(
+ApiKey = Annotated[list[str] | None, typer.Option(
     envvar="INFERTUNE_API_KEY",
-    help="require 'Authorization: Bearer KEY' on all routes but /health (env INFERTUNE_API_KEY)")]
+    help="require 'Authorization: Bearer KEY' on all routes but /health; repeat it (or separate keys with commas) "
+         "for several clients, each with its own --rate-limit bucket and its own /metrics label (its position: "
+         "1, 2, ...; never the key). Env INFERTUNE_API_KEY (keys separated by commas or spaces)")]
+RateLimit = Annotated[str | None, typer.Option(
+    help="per API key: N/s, N/min or N/h, e.g. 20/s. A token bucket per key: bursts of up to one second's worth, "
+         "then N per second; over it the request gets 429 with Retry-After (seconds until the bucket refills one), "
+         "counted in infertune_api_key_requests_total{key,outcome}. Needs --api-key; with --frontends F each "
+         "frontend enforces it, so one key may reach F x N")]
+MaxWaitS = Annotated[float | None, Duration(
+    "a request's deadline, unless it sends its own in the header X-Infertune-Deadline-Ms. Admission divides the "
+    "tokens queued and in flight by the engine's measured service rate (tokens/s, averaged over its busy time): "
+    "a request expected to wait longer than its deadline gets 429 at once with Retry-After (the seconds until the "
+    "queue is expected to have drained enough); with work queued and no rows finished for longer than the "
+    "deadline (a stalled engine) it gets 503 at once, and admitted requests past their deadline fail with 503 "
+    "instead of waiting on. Default: 10x the artifact's P99 SLO (at least 1 s), else 10 s. /metrics: "
+    "infertune_expected_wait_seconds, infertune_rejected_total{reason}", "--max-wait-s")]
 ServedModelName = Annotated[str | None, typer.Option(
     help="model id clients send (default: the model's name)")]
 BatchTokens = Annotated[int | None, typer.Option(
@@ -162,6 +185,8 @@ def serve_cmd(
     tokenize_workers: TokenizeWorkers = None,
     threads: Threads = None,
     max_queue: MaxQueue = D["max_queue"],
+    max_wait_s: MaxWaitS = None,
+    rate_limit: RateLimit = None,
     max_items_per_request: MaxItemsPerRequest = D["max_items_per_request"],
     max_body_mb: MaxBodyMb = D["max_body_mb"],
     request_timeout_s: RequestTimeoutS = D["request_timeout_s"],
@@ -228,7 +253,8 @@ def _serve_config(f: dict[str, Any]) -> ServeConfig:
     """The ServeConfig that serve_cmd's flags (`f`, by parameter name) describe."""
     devices = f["devices"]
     return ServeConfig(
-        model=f["model"], host=f["host"], port=f["port"], device=f["device"], api_key=f["api_key"],
+        model=f["model"], host=f["host"], port=f["port"], device=f["device"], api_key=f["api_key"] or None,
+        rate_limit=parse_rate(f["rate_limit"]) if f["rate_limit"] else None, max_wait_s=f["max_wait_s"],
         served_model_name=f["served_model_name"], batch_tokens=f["batch_tokens"],
         max_batch_items=f["max_batch_items"], max_batch_tokens=f["max_batch_tokens"], max_wait_ms=f["max_wait_ms"],
         max_padding=f["max_padding"], tokenize_workers=f["tokenize_workers"], threads=f["threads"],

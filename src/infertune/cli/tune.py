@@ -115,7 +115,7 @@ VllmArgs = Annotated[str | None, typer.Option(
 LmBatches = Annotated[str, typer.Option(
     help="causal LMs: decode batch sizes for TPOT, comma-separated")]
 LmTimeBudget = Annotated[float, Duration(
-    "causal LMs: the default --time-budget (halved with --quick)")]
+    "causal LMs: the default --time-budget (a third with --quick for the torch decode loops on CPU)")]
 TimeBudget = Annotated[float | None, Duration(
     "wall-clock budget of the whole run, honoured within ~10%: every stage scales to it and candidates that cannot "
     "start in time are skipped with that reason. Default: 5m (2.5m with --quick) "

@@ -16,6 +16,7 @@ CONFIG_FIELDS = {
     "slo": (ValidateConfig, "slo"),
     "soak": (ValidateConfig, "soak_s", duration_text),
     "soak_fraction": (ValidateConfig, "soak_fraction"),
+    "soak_margin": (ValidateConfig, "soak_margin"),
     "faults": (ValidateConfig, "faults", commas),
     "long_tail": (ValidateConfig, "long_tail"),
     "max_error_rate": (ValidateConfig, "max_error_rate"),
@@ -41,7 +42,8 @@ Drills:
   soak         --soak-fraction (0.8) x peak for --soak; errors, P99 drift per window, RSS slope (MB/h)
   long-tail    workload p50/p90/p99 lengths + over-limit input, mixed, at 0.25-1 x peak; P99 knee per bucket
   kill-worker  SIGKILL the model worker under load: recovery time, failed requests, no hangs
-  stall        SIGSTOP the worker: the queue fills, new requests get 429 at once, healthy after
+  stall        SIGSTOP the worker: new requests are refused at once (429, or 503 once the engine is silent past
+               their deadline), never left waiting: the max and P99 wait of the refused ones are reported
   burst        --burst-factor (10) x peak for --burst: 429s instead of unbounded latency, healthy after
   oom-guard    oversized requests get 4xx, the largest legal batch is answered
   finite-output  workload texts and adversarial inputs (long repeats, odd unicode, empty-ish), alone and
@@ -57,10 +59,13 @@ the answer did not repeat, the soak runs at the highest rate that passed every t
 console and validate.json (peak.basis) say so; when no rate repeated, validate refuses (exit 2).
 
 The soak's rate: --soak-fraction x the peak, confirmed first with a point long enough for the queue to
-settle (--soak-confirm, a quarter of the soak, 5-60 s), backing off 10% a step until one meets --slo. The
-soak runs at that sustainable rate, reported beside the short-point peak (peak.sustainable_rps); when the
-soak then misses the SLO, the verdict says whether the server degraded over time, with the confirm
-point's figures. No rate holds: validate refuses (exit 2). With --peak there is no confirm unless asked.
+settle (--soak-confirm, a quarter of the soak, 5-60 s), backing off 10% a step until one meets --slo with
+margin: its latency limits x --soak-margin (0.8: P99 <= 160 ms for p99_e2e_ms<=200). The soak runs at that
+sustainable rate, reported beside the short-point peak (peak.sustainable_rps). "Degrades" is said only for a
+measured trend beyond the confirm point's spread: window P99, queue depth or memory rising over the soak
+(Theil-Sen slope, p < 0.05 by permutation) by more than the confirm point's own max - min; otherwise a soak
+that missed its SLO FAILs naming the measured cause (slower from the start, a slow spell, a busy host) with
+its figures. No rate holds: validate refuses (exit 2). With --peak there is no confirm unless asked.
 
 \b
 Exit codes:
@@ -110,6 +115,9 @@ def validate_cmd(
     soak: Annotated[float, Duration("soak duration (0 = no soak)")] = D["soak"],
     soak_fraction: Annotated[float, typer.Option(
         help="soak rate as a fraction of the peak (the rate the confirm point starts at)")] = D["soak_fraction"],
+    soak_margin: Annotated[float, typer.Option(
+        help="the confirm point must meet --slo's latency limits times this (0.8: P99 <= 160 ms for "
+             "p99_e2e_ms<=200), so the soak runs with room under the SLO; 1 = no margin")] = D["soak_margin"],
     soak_confirm: Annotated[float | None, Duration(
         "before the soak, confirm its rate with a point this long (the queue settles) and "
         "back off 10% a step until one meets --slo; the soak runs there. Default: soak/4 "
@@ -149,7 +157,7 @@ def validate_cmd(
     cfg = ValidateConfig(**_given_only(
         ctx,
         target=target, peak=peak, slo=slo, soak_s=soak, soak_fraction=soak_fraction,
-        soak_confirm_s=soak_confirm, long_tail=long_tail,
+        soak_confirm_s=soak_confirm, soak_margin=soak_margin, long_tail=long_tail,
         faults=_faults(faults), workload=workload, out=out, max_queue=max_queue, serve_args=serve_arg or [],
         max_error_rate=max_error_rate, max_rss_slope_mb_h=max_rss_slope, max_p99_drift=max_p99_drift,
         recovery_budget_s=recovery_budget, burst_factor=burst_factor, burst_s=burst, stall_s=stall, step_s=step,

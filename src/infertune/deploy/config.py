@@ -45,6 +45,8 @@ class DeployConfig(BaseModel):
     hpa_target: float | None = Field(None, gt=0, description="per pod: requests in flight, or P99 seconds")
     max_replicas: int | None = Field(None, ge=1)
     validate_files: bool = True
+    # alerts and dashboard: thresholds from the artifact's and this validate.json's measured figures
+    from_validate: Path | None = Field(None, description="validate.json of `infertune validate` against this model")
 
 
 class Workload(BaseModel):

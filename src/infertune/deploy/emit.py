@@ -26,16 +26,18 @@ def default_image(w: Workload) -> str:
     if w.image is not None:
         return w.image.name
     if w.engine == "vllm":
-        from infertune.deploy.kube_vllm import VLLM_IMAGE
+        from infertune.doctor.compat import vllm_images
 
-        return VLLM_IMAGE
+        return vllm_images()[0]["image"]  # only when no tag was chosen (deploy/image.py picks one): never :latest
     from infertune import __version__
 
     return f"infertune:{__version__}-{w.device}"
 
 
 def build(cfg: DeployConfig) -> tuple[Workload, dict[str, list[dict[str, Any]]], list[str]]:
-    """(workload, {relative file path: objects}, notes) without writing anything."""
+    """(workload, {relative file path: objects}, notes) without writing anything (the dashboard, JSON, is
+    monitoring.monitoring's)."""
+    from infertune.deploy.monitoring import monitoring
     from infertune.deploy.pod_recipe import resolve_workload
 
     w = resolve_workload(cfg)
@@ -65,7 +67,8 @@ def build(cfg: DeployConfig) -> tuple[Workload, dict[str, list[dict[str, Any]]],
             from infertune.deploy.compose import compose_file
 
             out["compose.yaml"] = [compose_file(cfg, w, image)]
-    return w, out, notes
+    rules, _, watch_notes = monitoring(cfg, w)
+    return w, {**out, **rules}, notes + watch_notes
 
 
 def _write(path: Path, text: str, mode: int | None = None) -> None:
@@ -110,13 +113,24 @@ def deploy(cfg: DeployConfig) -> DeployResult:
                 what = v.validate_compose(objs[0])
             elif rel.endswith("prometheus-adapter-values.yaml"):
                 what = "Helm values (prometheus-adapter rules): YAML only"
+            elif rel.startswith("prometheus/"):
+                what = "checked after writing"
             else:
                 what = "; ".join(sorted({v.validate_k8s(o) for o in objs}))
                 v.check_links(objs)
         path = Path(cfg.out) / rel
         _write(path, dump_yaml(objs))
-        kinds = [o.get("kind", "compose" if rel == "compose.yaml" else "values") for o in objs]
+        if rel.startswith("prometheus/"):  # promtool, when installed, reads the file as Prometheus will
+            what = v.check_rules(path)
+        kinds = [o.get("kind", "compose" if rel == "compose.yaml" else "rules" if "groups" in o else "values")
+                 for o in objs]
         written.append(DeployFile(path=str(path), kinds=kinds, validated=what))
+    from infertune.deploy.monitoring import monitoring
+
+    for rel, text in monitoring(cfg, w)[1].items():
+        path = Path(cfg.out) / rel
+        _write(path, text)
+        written.append(DeployFile(path=str(path), kinds=["grafana-dashboard"], validated="JSON (Grafana import)"))
     for rel, text in image_scripts(cfg, w).items():
         path = Path(cfg.out) / rel
         _write(path, text, 0o755)

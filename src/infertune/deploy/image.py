@@ -84,6 +84,34 @@ def vllm_tag(driver_cuda: str | None) -> tuple[str, str | None, list[str]]:
     return r["image"], min_driver(r["cuda"]), notes
 
 
+def pinned_vllm_tag(vllm: str, driver_cuda: str | None) -> tuple[str, str | None, list[str]]:
+    """(image, minimum driver, notes) for the vLLM release tune measured with: that release's image whose CUDA the
+    driver runs (the table's rows for it, newest CUDA first), else its default tag, assumed to need the CUDA of the
+    newest release in the table."""
+    from infertune.doctor.compat import min_driver, vllm_images, vtuple
+    from infertune.llm.versions import base_version, image_for
+
+    rows = vllm_images(vllm)
+    if not rows:
+        cuda = vllm_images()[0]["cuda"]
+        return image_for(vllm), min_driver(cuda), [
+            f"vLLM image {image_for(vllm)}: the release tune measured with; it is not in data/cuda_compat.toml, so "
+            f"its CUDA is assumed to be the newest release's there ({cuda}, driver >= {min_driver(cuda)})"]
+    dc = vtuple(driver_cuda)[:2] if driver_cuda else None
+    fit = [r for r in rows if dc is None or vtuple(r["cuda"])[:2] <= dc]
+    if not fit:
+        low = rows[-1]
+        raise InfertuneError(f"tune measured vLLM {base_version(vllm)}, and none of its images runs on a driver with "
+                             f"CUDA {driver_cuda}: the oldest, {low['image']}, needs CUDA {low['cuda']} (driver >= "
+                             f"{min_driver(low['cuda'])}); update the driver, re-tune with an older vLLM, or pass "
+                             "--image")
+    r = fit[0]
+    how = f"the newest CUDA a driver with CUDA {driver_cuda} runs" if driver_cuda else "no --cuda given"
+    return r["image"], min_driver(r["cuda"]), [
+        f"vLLM image {r['image']}: vLLM {base_version(vllm)}, the release tune measured with, built for CUDA "
+        f"{r['cuda']} (driver >= {min_driver(r['cuda'])}; {how})"]
+
+
 def local_driver_cuda() -> str | None:
     """The CUDA version this host's driver supports (libcuda, else NVML's driver version)."""
     from infertune.doctor.compat import max_cuda_for_driver

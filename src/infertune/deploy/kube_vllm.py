@@ -23,7 +23,6 @@ from infertune.deploy.kube import (
     service_monitor,
 )
 
-VLLM_IMAGE = "vllm/vllm-openai:latest"  # only when no tag was chosen (deploy/image.py:vllm_tag picks one)
 # in the vllm/vllm-openai image (vLLM's examples/online_serving/multi-node-serving.sh)
 MULTI_NODE_SCRIPT = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"
 RAY_PORT = 6379

@@ -13,7 +13,7 @@ from infertune.errors import InfertuneError
 GPUS_PER_NODE_DEFAULT = 8
 
 
-def _artifact_manifest(src: Path) -> dict | None:
+def artifact_manifest(src: Path) -> dict | None:
     if not (src.is_dir() and (src / "manifest.json").is_file()):
         return None
     from infertune.artifact import read_manifest
@@ -23,14 +23,14 @@ def _artifact_manifest(src: Path) -> dict | None:
 
 def resolve_workload(cfg: DeployConfig) -> Workload:
     src = Path(cfg.source).expanduser()
-    manifest = _artifact_manifest(src)
+    manifest = artifact_manifest(src)
     if manifest is not None and manifest.get("kind", "embedding") == "embedding":
         return _serve_workload(cfg, src.resolve(), manifest)
     if manifest is not None:  # a causal-LM artifact: vLLM serves artifact/model
         model_dir = str((src / "model").resolve())
         tuned = (manifest.get("vllm") or {}).get("args") or []
         return _vllm_workload(cfg, model_dir, manifest.get("model") or src.name, model_dir, tuned,
-                              str(manifest.get("device", "cpu")))
+                              str(manifest.get("device", "cpu")), (manifest.get("versions") or {}).get("vllm"))
     from infertune.models.kind import model_kind
     from infertune.models.resolve import resolve_model
     from infertune.plan.arch import arch_from_config, load_config
@@ -95,7 +95,7 @@ def _size_and_place(cfg: DeployConfig, model_dir: Path, manifest: dict, device: 
 
 
 def _vllm_workload(cfg: DeployConfig, model_dir: str, model_name: str, config_source: str,
-                   tuned: list[str] | None = None, tuned_on: str = "cpu") -> Workload:
+                   tuned: list[str] | None = None, tuned_on: str = "cpu", vllm: str | None = None) -> Workload:
     from infertune.plan.planner import PlanConfig, plan
 
     if cfg.device == "cpu":
@@ -130,7 +130,7 @@ def _vllm_workload(cfg: DeployConfig, model_dir: str, model_name: str, config_so
     notes += [f"plan: {r.gpu['name']}, {r.dtype} weights, TP={per_node}, PP={cfg.nodes}, max-model-len {r.context}, "
               f"KV for {r.max_concurrency:.2f} full-length sequences per replica, --max-num-seqs {r.max_num_seqs}",
               *[n for n in r.notes if "max-num-seqs" in n or "MoE" in n]]
-    image, place, image_notes = _vllm_image(cfg)
+    image, place, image_notes = _vllm_image(cfg, vllm)
     return Workload(engine="vllm", name=name, served_name=model_name, model_dir=model_dir, mount=mount,
                     device="cuda", gpus_per_pod=per_node, tensor_parallel=per_node, pipeline_parallel=cfg.nodes,
                     nodes=cfg.nodes, args=args, cpu_request=str(max(4, 2 * per_node)),
@@ -150,12 +150,14 @@ def quant_alternatives(r) -> list[str]:
             + f". Deploy one with --dtype {flags}: deploy then names its llm-compressor step"]
 
 
-def _vllm_image(cfg: DeployConfig):
-    """(Image, Placement, notes): the vLLM tag for the nodes' driver, and nodes whose driver runs it."""
-    from infertune.deploy.image import Image, local_driver_cuda, vllm_tag
+def _vllm_image(cfg: DeployConfig, vllm: str | None = None):
+    """(Image, Placement, notes): the vLLM tag for the nodes' driver (of the release an artifact was measured
+    with, `vllm`), and nodes whose driver runs it."""
+    from infertune.deploy.image import Image, local_driver_cuda, pinned_vllm_tag, vllm_tag
     from infertune.deploy.placement import Placement, driver_placement
 
     if cfg.image:
         return Image(name=cfg.image), Placement(), [f"image {cfg.image} (--image): no driver check"]
-    tag, need, notes = vllm_tag(cfg.cuda or local_driver_cuda())
+    driver_cuda = cfg.cuda or local_driver_cuda()
+    tag, need, notes = pinned_vllm_tag(vllm, driver_cuda) if vllm else vllm_tag(driver_cuda)
     return Image(name=tag), driver_placement(need), notes

@@ -13,6 +13,7 @@ from typing import Any
 
 K8S_VERSION = "1.30"  # oldest release still widely run with autoscaling/v2 and sidecar-free pods; newer pass too
 CRD_SCHEMAS = {("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor.json",
+               ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule.json",
                ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "leaderworkerset.json"}
 INSTALL_HINT = "pip install 'infertune[deploy]' (kubernetes-validate, jsonschema) to validate"
 
@@ -74,6 +75,21 @@ def _kv(obj: dict[str, Any], name: str, version: str) -> None:
         raise InvalidManifest(f"{name}: {_where(e)}") from None
     except kubernetes_validate.SchemaNotFoundError as e:
         raise InvalidManifest(f"{name}: {e.message}") from None
+
+
+def check_rules(path: Any) -> str:
+    """`promtool check rules` on a written rule file when promtool is installed (Debian: apt-get install
+    prometheus); raises InvalidManifest when it refuses the file."""
+    import shutil
+    import subprocess
+
+    tool = shutil.which("promtool")
+    if tool is None:
+        return "Prometheus rule file: not checked (install promtool to check it)"
+    r = subprocess.run([tool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        raise InvalidManifest(f"promtool check rules {path}: {(r.stderr or r.stdout).strip()[-500:]}")
+    return "promtool check rules"
 
 
 def validate_compose(doc: dict[str, Any]) -> str:

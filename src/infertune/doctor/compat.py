@@ -77,3 +77,12 @@ def arch_covers(arch_list: list[str], cc: str) -> tuple[bool, str]:
         if kind == "compute" and (major, minor) <= want[:2]:
             return True, f"{a} (PTX, JIT-compiled at first use)"
     return False, ""
+
+
+def vllm_images(vllm: str | None = None) -> list[dict]:
+    """[[vllm_image]] rows (vllm, image, cuda), newest vLLM and then newest CUDA first; only `vllm`'s release
+    when given (a local suffix such as +cpu ignored)."""
+    rows = sorted(table()["vllm_image"], key=lambda r: (vtuple(r["vllm"]), vtuple(r["cuda"])), reverse=True)
+    if vllm is None:
+        return rows
+    return [r for r in rows if vtuple(r["vllm"]) == vtuple(vllm.split("+", 1)[0])]

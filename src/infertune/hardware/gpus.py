@@ -187,3 +187,22 @@ def local_gpu() -> tuple[str, float | None]:
         raise InfertuneError(f"no --gpu given and no local GPU found ({why}); pass --gpu NAME, e.g. --gpu H100")
     mem = gpus[0].get("memory_mib")
     return str(gpus[0]["name"]), float(mem) if isinstance(mem, int | float) else None
+
+
+def free_memory_gib(index: int = 0) -> float | None:
+    """GiB free on GPU `index` now, as the driver counts it (NVML, else nvidia-smi), without a CUDA context in this
+    process (tune's fit check runs before vLLM starts, and a context here would take memory from it); None when
+    neither answers."""
+    try:
+        import pynvml  # provided by nvidia-ml-py
+
+        pynvml.nvmlInit()
+        try:
+            return pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).free / 2**30
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - not installed, or no driver: try nvidia-smi
+        pass
+    r = run(["nvidia-smi", f"--id={index}", "--query-gpu=memory.free", "--format=csv,noheader,nounits"])
+    v = _num(r[1].splitlines()[0]) if r and r[0] == 0 and r[1].strip() else None
+    return v / 1024 if isinstance(v, int | float) else None

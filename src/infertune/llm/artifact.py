@@ -60,6 +60,15 @@ def save_artifact(workers, cands, greedy_by_id, prompts, result, out: Path, tok,
     result.artifact = str(art)
 
 
+def _torch_versions() -> dict[str, Any]:
+    import importlib.metadata
+    import sys
+
+    torch = sys.modules.get("torch")
+    out = {"torch": importlib.metadata.version("torch"), "cuda": getattr(getattr(torch, "version", None), "cuda", None)}
+    return {k: v for k, v in out.items() if v}
+
+
 def write_manifest(path: Path, spec, cand, result, saved: dict[str, Any], greedy: list[dict],
                    greedy_from: str) -> Path:
     win = result.winner
@@ -88,6 +97,7 @@ def write_manifest(path: Path, spec, cand, result, saved: dict[str, Any], greedy
         "vllm": {"model_dir": saved["weights"], "dtype": dtype, "max_model_len": max_len,
                  "commands": vllm_commands(path / saved["weights"], dtype, max_len)},
         "load": {"serve": f"infertune serve {path}"},
+        "versions": _torch_versions(),  # the torch engine was measured, not vLLM: no vLLM version to pin
     }
     (path / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return path / MANIFEST

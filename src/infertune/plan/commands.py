@@ -32,19 +32,39 @@ def vllm_cmd(model: str, *, max_model_len: int, max_num_seqs: int, util: float, 
     return shlex.join(parts)
 
 
-def docker_cmd(model_dir: str, name: str, vllm_args: str, gpus: int, tp: int) -> str:
+def vllm_image(model_dir: str) -> str:
+    """The vllm/vllm-openai image `docker run` names, never `:latest`: the vLLM an artifact was tuned with (the
+    manifest's `versions.vllm` beside ARTIFACT/model), else the newest release in data/cuda_compat.toml (deploy
+    picks the one the nodes' driver runs: `infertune deploy --cuda X.Y`)."""
+    import json
+
+    from infertune.doctor.compat import vllm_images
+    from infertune.llm.versions import image_for
+
+    for d in (Path(model_dir), Path(model_dir).parent):
+        try:
+            tuned = json.loads((d / "manifest.json").read_text()).get("versions", {}).get("vllm")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if tuned:
+            return image_for(tuned)
+    return vllm_images()[0]["image"]
+
+
+def docker_cmd(model_dir: str, name: str, vllm_args: str, gpus: int, tp: int, image: str | None = None) -> str:
     """The model is mounted read-only, not baked into the image; NCCL needs host IPC (or a big /dev/shm)."""
+    image = image or vllm_image(model_dir)
     devices = "all" if gpus <= 1 and tp <= 1 else f'"device={",".join(str(i) for i in range(max(gpus, tp)))}"'
     shm = ["--ipc=host"] if tp > 1 else ["--shm-size=2g"]
     args = shlex.split(vllm_args)[2:]  # drop "vllm serve"
     if not model_dir.startswith("/"):  # a hub id, not a directory: no mount (a bare name would be a named volume)
         return shlex.join(["docker", "run", "--rm", "--gpus", devices, *shm, "-p", "8000:8000",
-                           "-v", "hf-cache:/root/.cache/huggingface", "vllm/vllm-openai:latest",
+                           "-v", "hf-cache:/root/.cache/huggingface", image,
                            "--model", model_dir, *args[1:]])
     target = f"/models/{name}"
     return shlex.join(["docker", "run", "--rm", "--gpus", devices, *shm, "-p", "8000:8000",
                        "-v", f"{model_dir}:{target}:ro", "-e", "HF_HUB_OFFLINE=1",
-                       "vllm/vllm-openai:latest", "--model", target, *args[1:]])
+                       image, "--model", target, *args[1:]])
 
 
 def llama_cpp_cmd(a: Arch, name: str, context: int, seqs: int, usable: float) -> str:

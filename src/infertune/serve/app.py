@@ -32,11 +32,25 @@ def _serve_llm(cfg: ServeConfig, manifest: dict[str, Any], path: Any) -> ServeRe
         raise InfertuneError(f"{cfg.model} is a causal-LM artifact; serving it needs infertune.llm.vllm_server"
                              ":serve_llm, which this installation does not have")
     t0 = time.monotonic()
-    code = fn(path, host=cfg.host, port=cfg.port)
+    code = fn(path, host=cfg.host, port=cfg.port, strict_host=cfg.strict_host)
     if code not in (0, None):
         raise InfertuneError(f"vLLM exited with code {code}; its log above says why (try `infertune doctor explain`)")
     return ServeResult(model=str(cfg.model), url=f"http://{cfg.host}:{cfg.port}",
                        uptime_s=round(time.monotonic() - t0, 1), exit_reason="vLLM stopped cleanly")
+
+
+def _print_keys(cfg: ServeConfig) -> None:
+    """Refuse --rate-limit without keys; name each key's /metrics label by its first characters (never the key)."""
+    keys = cfg.api_keys
+    if cfg.rate_limit and not keys:
+        raise InfertuneError("--rate-limit is per API key: give the keys with --api-key (repeat it, or separate them "
+                             "with commas)")
+    if not keys:
+        return
+    shown = ", ".join(f"{i + 1} = " + (f"{k[:4]}..." if len(k) >= 12 else f"a {len(k)}-character key")
+                      for i, k in enumerate(keys))
+    limit = f"; {cfg.rate_limit:g} requests/s per key (--rate-limit)" if cfg.rate_limit else ""
+    print(f"API keys (their /metrics label = position): {shown}{limit}", file=sys.stderr, flush=True)
 
 
 def serve(config: ServeConfig) -> ServeResult:
@@ -61,6 +75,7 @@ def serve(config: ServeConfig) -> ServeResult:
     if config.verify and manifest is None:
         raise InfertuneError(f"--verify checks a tuned artifact; {config.model} is not one (run `infertune tune`)")
     settings = resolve_settings(config, manifest)
+    _print_keys(config)
     if manifest is not None:
         from infertune.serve.host_check import check_host
 

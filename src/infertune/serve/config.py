@@ -26,7 +26,10 @@ class ServeConfig(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     device: Literal["cpu", "cuda"] | None = None  # default: the artifact's device, else cpu
-    api_key: str | None = None  # Bearer key required on everything but /health
+    api_key: str | list[str] | None = Field(None, description=(
+        "Bearer key(s) required on everything but /health: one, a list, or comma-separated"))
+    rate_limit: float | None = Field(None, gt=0, description=(
+        "requests per second per API key (token bucket, bursts of one second's worth); needs api_key"))
     served_model_name: str | None = None
     batch_tokens: int | None = Field(None, gt=0, description="padded-token budget per forward pass")
     max_batch_items: int | None = Field(None, gt=0)
@@ -40,6 +43,10 @@ class ServeConfig(BaseModel):
     tokenize_workers: int | None = Field(None, ge=1, le=64)
     threads: int | None = Field(None, ge=1, description="torch intra-op threads")
     max_queue: int = Field(512, ge=1, description="requests admitted and not yet answered; more get 429")
+    max_wait_s: Seconds | None = Field(None, gt=0, description=(
+        "a request's deadline unless it sends X-Infertune-Deadline-Ms: refused (429) when the work ahead of it is "
+        "expected to take longer, and (503) when the engine finished nothing for longer. Default: 10x the "
+        "artifact's P99 SLO, at least 1 s; 10 s without one"))
     max_items_per_request: int = Field(2048, ge=1)
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
     request_timeout_s: Seconds = Field(60.0, gt=0)
@@ -81,6 +88,12 @@ class ServeConfig(BaseModel):
                                       "nothing (no answer, no heartbeat: a busy engine beats after every batch) "
                                       "for this long is stalled: it is killed and restarted")
 
+    @property
+    def api_keys(self) -> list[str]:
+        from infertune.serve.limits import split_keys
+
+        return split_keys(self.api_key)
+
     def load_options(self) -> dict[str, Any]:
         """What artifact.load_model needs besides the model and device (passed to every engine process)."""
         return {"task": self.task, "pooling": self.pooling, "prompts": dict(self.prompts),
@@ -99,6 +112,7 @@ class Settings(BaseModel):
     threads: int | None
     device: str
     cuda_graphs: str = "auto"
+    max_wait_s: float = 10.0  # admission's default deadline (serve/admission.py)
     sources: dict[str, Source] = {}
 
 
@@ -116,6 +130,8 @@ class ServeResult(BaseModel):
 
 def resolve_settings(cfg: ServeConfig, manifest: dict[str, Any] | None) -> Settings:
     """Flags win; then the artifact's tune measurements; then device defaults."""
+    from infertune.serve.admission import default_max_wait_s
+
     tune = (manifest or {}).get("tune") or {}
     device = cfg.device or (manifest or {}).get("device") or "cpu"
     cpu = device == "cpu"
@@ -157,6 +173,9 @@ def resolve_settings(cfg: ServeConfig, manifest: dict[str, Any] | None) -> Setti
         threads=pick("threads", cfg.threads, None, None),
         device=device,
         cuda_graphs=pick("cuda_graphs", cfg.cuda_graphs, None if cpu else tuned_graphs(manifest), "auto"),
+        max_wait_s=pick("max_wait_s", cfg.max_wait_s,
+                        default_max_wait_s(tune.get("slo_p99_ms"), cfg.request_timeout_s) if tune.get("slo_p99_ms")
+                        else None, default_max_wait_s(None, cfg.request_timeout_s)),
         sources=sources,
     )
 

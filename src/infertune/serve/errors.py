@@ -18,7 +18,20 @@ class ServeError(Exception):
 
 
 class Overloaded(ServeError):
-    """Admission is full: the request was refused at once, before any work."""
+    """Admission refused the request at once, before any work: the queue is full (`reason` "queue_full") or the
+    work ahead of it is expected to take longer than its deadline ("expected_wait"). `retry_after_s`: when a retry
+    is expected to be admitted."""
+
+    def __init__(self, message: str, reason: str = "queue_full", retry_after_s: int = 1):
+        super().__init__(message)
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+
+
+class EngineStalled(ServeError):
+    """The engine holding the work finished nothing for longer than the request's deadline: refused at once."""
+
+    reason = "engine_stalled"
 
 
 class InputTooLong(ServeError):
@@ -41,7 +54,8 @@ class NonFinite(ServeError):
     """The engine returned NaN or Inf in a row of the request: never answered, counted in /metrics."""
 
 
-KINDS = {c.__name__: c for c in (Overloaded, InputTooLong, EngineDown, BatchFailed, TimedOut, NonFinite)}
+KINDS = {c.__name__: c for c in (Overloaded, InputTooLong, EngineDown, BatchFailed, TimedOut, NonFinite,
+                                 EngineStalled)}
 Wire = tuple[str, str]  # (kind, message)
 
 

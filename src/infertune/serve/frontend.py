@@ -73,7 +73,7 @@ def _control(conn: Any, st: Any, server: Any, loop_box: list, started: threading
                 emb.describe = lambda d=info["describe"]: d  # type: ignore[method-assign]
                 client = EngineClient(emb, index, ZmqLink(run_dir, index, engines), st.metrics,
                                       max_queue=st.cfg.max_queue, truncate=st.cfg.truncate,
-                                      stall_s=st.cfg.worker_timeout_s)
+                                      stall_s=st.cfg.worker_timeout_s, max_wait_s=st.settings.max_wait_s)
                 asyncio.run_coroutine_threadsafe(client.start(), loop).result(30)
                 st.topology = {**st.topology, "batch_core": info.get("batch_core")}
                 st.vocab_size = info["vocab_size"]

@@ -8,10 +8,8 @@ warmed up; 503 while draining), /metrics (Prometheus). Every error is JSON in Op
 """
 
 import asyncio
-import hmac
 import json
 import logging
-import os
 import signal
 import socket
 import sys
@@ -21,12 +19,22 @@ from typing import Any
 
 from infertune.errors import InfertuneError
 from infertune.serve.config import ServeConfig, Settings
-from infertune.serve.errors import BatchFailed, EngineDown, InputTooLong, NonFinite, Overloaded, ServeError, TimedOut
+from infertune.serve.errors import (
+    BatchFailed,
+    EngineDown,
+    EngineStalled,
+    InputTooLong,
+    NonFinite,
+    Overloaded,
+    ServeError,
+    TimedOut,
+)
 from infertune.serve.schema import ApiError
 
 log = logging.getLogger("infertune.serve")
 ROUTES = ("/v1/embeddings", "/embeddings", "/v1/models", "/health", "/ready", "/metrics")
 FAST = ("/v1/embeddings", "/embeddings")
+DEADLINE_HEADER = b"x-infertune-deadline-ms"  # a request's own deadline (ms), instead of --max-wait-s
 
 
 class State:
@@ -52,7 +60,10 @@ def api_error(e: ServeError) -> ApiError:
     """The HTTP answer to a domain error of the serving stack."""
     retry = {"Retry-After": "1"}
     if isinstance(e, Overloaded):
-        return ApiError(429, e.message, type="rate_limit_error", code="rate_limit_exceeded", headers=retry)
+        return ApiError(429, e.message, type="rate_limit_error", code="rate_limit_exceeded",
+                        headers={"Retry-After": str(e.retry_after_s)})
+    if isinstance(e, EngineStalled):
+        return ApiError(503, e.message, type="server_error", code="engine_stalled", headers=retry)
     if isinstance(e, InputTooLong):
         return ApiError(400, e.message, param=e.param or "input", code="context_length_exceeded")
     if isinstance(e, EngineDown):
@@ -117,12 +128,15 @@ def _error_response(st: State, e: ApiError):
 
 
 class Gate:
-    """Pure ASGI middleware: Bearer auth (all routes but /health) and per-request metrics."""
+    """Pure ASGI middleware: Bearer auth (all routes but /health), per-key rate limits (the embedding routes) and
+    per-request metrics."""
 
     def __init__(self, app: Any, st: State):
+        from infertune.serve.limits import Access
+
         self.app = app
         self.st = st
-        self.key = f"Bearer {st.cfg.api_key}".encode() if st.cfg.api_key else None
+        self.access = Access(st.cfg.api_keys, st.cfg.rate_limit, st.metrics)
         self._kids: dict[tuple[str, int], tuple[Any, Any]] = {}
         # multi-process serve: which frontend answered (debugging a spread, and the tests' proof of one)
         self.tag = (b"x-infertune-frontend", str(st.topology["frontend"]).encode()) if st.topology else None
@@ -143,13 +157,10 @@ class Gate:
             await send(msg)
 
         try:
-            if self.key and path != "/health":
-                got = dict(scope["headers"]).get(b"authorization", b"")
-                if not hmac.compare_digest(got, self.key):
-                    err = ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
-                                   type="authentication_error", code="invalid_api_key")
-                    return await _error_response(self.st, err)(scope, receive, send_status)
-            if path in FAST and scope["method"] == "POST":
+            fast = path in FAST and scope["method"] == "POST"
+            if self.access.on and path != "/health" and (err := self._refuse(scope, fast)) is not None:
+                return await _error_response(self.st, err)(scope, receive, send_status)
+            if fast:
                 await _embed_asgi(self.st, scope, receive, send_status)
             else:
                 await self.app(scope, receive, send_status)
@@ -162,6 +173,19 @@ class Gate:
                 kids = self._kids[key] = (m.requests.labels(route, str(status[0])), m.latency.labels(route))
             kids[0].inc()
             kids[1].observe(time.perf_counter() - t0)
+
+
+    def _refuse(self, scope: dict, fast: bool) -> ApiError | None:
+        """401 without one of the keys; 429 for an embedding request over its key's --rate-limit."""
+        index = self.access.key_index(dict(scope["headers"]).get(b"authorization", b""))
+        if index is None:
+            return ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
+                            type="authentication_error", code="invalid_api_key")
+        if fast and (retry := self.access.admit(index)):
+            return ApiError(429, f"rate limit of this API key exceeded ({self.st.cfg.rate_limit:g} requests/s, "
+                            f"--rate-limit); retry after {retry} s", type="rate_limit_error",
+                            code="rate_limit_exceeded", headers={"Retry-After": str(retry)})
+        return None
 
 
 def create_app(st: State):
@@ -181,7 +205,9 @@ def create_app(st: State):
 
     @app.get("/ready")
     async def ready():
-        return _ready(st)
+        from infertune.serve.readiness import ready_answer
+
+        return ready_answer(st)
 
     @app.get("/metrics")
     async def metrics():
@@ -239,30 +265,6 @@ def _add_error_handlers(app: Any, st: State) -> None:
         return _error_response(st, ApiError(500, f"internal error: {type(e).__name__}: {e}", type="server_error"))
 
 
-def _ready(st: State) -> dict[str, Any]:
-    """GET /ready's answer once the model is loaded and its worker up; ApiError(503) while draining, loading,
-    failed or restarting."""
-    cfg = st.cfg
-    if st.draining:
-        raise ApiError(503, "the server is shutting down (draining): it still answers requests it "
-                       "accepts, but route new traffic elsewhere", type="server_error")
-    if st.load_error is not None:
-        raise ApiError(503, f"model failed to load: {st.load_error}", type="server_error")
-    if st.engine is None:
-        raise ApiError(503, "model is loading and warming up; poll GET /ready", type="server_error",
-                       headers={"Retry-After": "1"})
-    worker = _worker(st)
-    if worker.get("up") is False:
-        raise ApiError(503, f"the model worker is restarting (restart {worker.get('restarts')}); poll GET /ready",
-                       type="server_error", headers={"Retry-After": "1"})
-    return {"status": "ready", "model": st.served[0], "load_s": st.load_s,
-            "settings": st.settings.model_dump(), "backend": _describe(st.embedder),
-            "tokenizer": _tokenizer(st.embedder), "worker": worker,
-            "limits": {"max_queue": cfg.max_queue, "max_items_per_request": cfg.max_items_per_request,
-                       "max_body_bytes": cfg.max_body_bytes, "request_timeout_s": cfg.request_timeout_s,
-                       "max_input_tokens": st.embedder.spec.max_length, "truncate": cfg.truncate}}
-
-
 async def embed(st: State, headers: dict[bytes, bytes], chunks: Any) -> bytes:
     """POST /v1/embeddings: headers (raw ASGI), the body's chunks -> the response body; raises ApiError."""
     import anyio
@@ -281,14 +283,31 @@ async def embed(st: State, headers: dict[bytes, bytes], chunks: Any) -> bytes:
     kw = dict(served=st.served, dim=spec.dim, vocab_size=st.vocab_size, max_length=spec.max_length,
               max_items=cfg.max_items_per_request, truncate=cfg.truncate, prompts=spec.prompts,
               default_prompt=spec.default_prompt_name)
+    deadline = _deadline_s(headers.get(DEADLINE_HEADER))
     if len(raw) > 256 * 1024:  # keep the event loop free while a big body is parsed
         req = await anyio.to_thread.run_sync(lambda: parse_request(raw, **kw))
     else:
         req = parse_request(raw, **kw)
     try:
-        return await engine.submit(req, st.served[0], cfg.request_timeout_s)
+        return await engine.submit(req, st.served[0], cfg.request_timeout_s, deadline)
     except ServeError as e:
+        if reason := getattr(e, "reason", None):
+            st.metrics.rejected.labels(reason).inc()
         raise api_error(e) from None
+
+
+def _deadline_s(value: bytes | None) -> float | None:
+    """X-Infertune-Deadline-Ms -> seconds (None: not sent); 400 unless a positive number."""
+    if value is None:
+        return None
+    try:
+        ms = float(value)
+    except ValueError:
+        ms = float("nan")
+    if not ms > 0 or ms == float("inf"):
+        raise ApiError(400, f"X-Infertune-Deadline-Ms must be a positive number of milliseconds, got "
+                       f"{value.decode('latin-1')!r}", param="X-Infertune-Deadline-Ms")
+    return ms / 1e3
 
 
 async def _read_body(length: bytes | None, chunks: Any, limit: int) -> bytes:
@@ -336,27 +355,6 @@ async def _embed_asgi(st: State, scope: dict, receive: Any, send: Any) -> None:
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             *extra]})
     await send({"type": "http.response.body", "body": body})
-
-
-def _worker(st: State) -> dict[str, Any]:
-    return st.topology or {"mode": "thread", "pid": os.getpid(), "restarts": 0}
-
-
-def _describe(emb: Any) -> dict[str, Any]:
-    try:
-        d = emb.describe()
-        return {k: v for k, v in d.items() if k != "leaf_modules"}
-    except Exception:  # noqa: BLE001
-        return {}
-
-
-def _tokenizer(emb: Any) -> dict[str, Any]:
-    """Which tokenizer gives this process's token ids (fast_tokens.py): tokie, the Rust tokenizer or transformers."""
-    try:
-        enc = emb.token_encoder()
-    except Exception:  # noqa: BLE001 - an embedder without one (a worker proxy, a fake)
-        return {}
-    return enc.describe() if enc is not None else {"tokenizer": "transformers"}
 
 
 def bind_tcp(host: str, port: int, *, reuse_port: bool = False, listen: bool = True) -> socket.socket:

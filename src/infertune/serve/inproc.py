@@ -98,7 +98,7 @@ def _load(st: State, loop_box: list, started: threading.Event, core: _Core) -> N
                                        daemon=True)
         core.thread.start()
         client = EngineClient(loaded.emb, 0, link, st.metrics, max_queue=st.cfg.max_queue, truncate=st.cfg.truncate,
-                              tokenize_threads=s.tokenize_workers)
+                              tokenize_threads=s.tokenize_workers, max_wait_s=s.max_wait_s)
         started.wait()
         loop = loop_box[0]
         asyncio.run_coroutine_threadsafe(client.start(), loop).result(30)
@@ -129,7 +129,7 @@ def serve_in_process(config: ServeConfig, settings: Settings, served: list[str])
     sock.set_inheritable(True)
     host, port = sock.getsockname()[:2]
     url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
-    if config.host not in ("127.0.0.1", "localhost", "::1") and not config.api_key:
+    if config.host not in ("127.0.0.1", "localhost", "::1") and not config.api_keys:
         print(f"warning: listening on {config.host} without --api-key: anyone who can reach this port can use "
               "it", file=sys.stderr)
     src = settings.sources
@@ -138,7 +138,8 @@ def serve_in_process(config: ServeConfig, settings: Settings, served: list[str])
           f"<= {settings.max_batch_items} items ({src['max_batch_items']}), max wait "
           f"{settings.max_wait_ms} ms ({src['max_wait_ms']}), padding <= "
           f"{settings.max_padding if settings.max_padding else 'any'} ({src['max_padding']}); "
-          f"{settings.tokenize_workers} tokenizer thread(s) for big requests; queue {config.max_queue} requests; "
+          f"{settings.tokenize_workers} tokenizer thread(s) for big requests; queue {config.max_queue} requests, "
+          f"max expected wait {settings.max_wait_s:g} s ({src['max_wait_s']}); "
           "model and batch core in the server process", file=sys.stderr, flush=True)
     server = draining_server(uvicorn.Config(
         create_app(st), log_level=config.log_level, access_log=False, lifespan="on",

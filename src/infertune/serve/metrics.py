@@ -55,6 +55,24 @@ class Metrics:
         self.batch_failures = Counter("infertune_batch_failures", "Forward passes that raised", registry=r)
         self.nonfinite_rows = Counter("infertune_nonfinite_rows", "Embeddings with NaN or Inf values, never "
                                       "returned (their requests got a 500 naming the input)", registry=r)
+        # admission (serve/admission.py) and per-key limits (serve/limits.py)
+        self.rejected = Counter("infertune_rejected", "Requests refused at once by admission, by reason: queue_full "
+                                "(--max-queue), expected_wait (work ahead longer than the deadline), engine_stalled "
+                                "(nothing finished for longer than the deadline), rate_limit (--rate-limit)",
+                                ["reason"], registry=r)
+        self.expected_wait = Gauge("infertune_expected_wait_seconds", "How long a new request is expected to wait "
+                                   "before its rows start: tokens outstanding / measured service rate",
+                                   registry=r, multiprocess_mode="livemax")
+        self.max_wait = Gauge("infertune_max_wait_seconds", "The deadline a request gets unless it sends "
+                              "X-Infertune-Deadline-Ms (--max-wait-s)", registry=r, multiprocess_mode="livemax")
+        self.queue_tokens = Gauge("infertune_queue_tokens", "Tokens sent to the engine and not answered (queued and "
+                                  "in flight)", registry=r, multiprocess_mode="livesum")
+        self.service_rate = Gauge("infertune_service_rate_tokens_per_second", "Tokens per second the engine "
+                                  "answered, averaged over its busy time (what admission divides by)", registry=r,
+                                  multiprocess_mode="livesum")
+        self.key_requests = Counter("infertune_api_key_requests", "Embedding requests per API key (the label is the "
+                                    "key's position in --api-key, never the key), by outcome: admitted or "
+                                    "rate_limited", ["key", "outcome"], registry=r)
         self.ready = Gauge("infertune_ready", "1 when the model is loaded and warmed up", registry=r,
                            multiprocess_mode="livemax")
         # the supervised model worker (--worker-process); restarts stay 0 without it

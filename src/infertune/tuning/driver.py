@@ -314,7 +314,7 @@ def _measure_stages(run: search.Run, task, result: TuneResult, ok: list, measure
         _sync(run, result)
         leaders = _leaders(run, task, result, live)
         t = b.elapsed()
-        if leaders and run.cfg.confirm_rounds:
+        if leaders and run.cfg.confirm_rounds and (task.quick_confirm or not run.cfg.quick):
             bar.update(bar_id, total=len(live) * done + len(leaders) * run.cfg.confirm_rounds)
             rounds.rounds(run, leaders, run.cfg.confirm_rounds, "confirm", bar, bar_id)
             _summarize(run, leaders)

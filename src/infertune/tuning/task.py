@@ -48,6 +48,7 @@ class Task:
     stage_shares: dict[str, float] | None = None  # cumulative budget shares per stage (None: tuning.budget.SHARES)
     # set by the search around a call (probe): the most seconds the task's worker call may take, or None
     call_limit_s: float | None = None
+    quick_confirm = True  # do the leaders get confirmation passes under --quick?
 
     def __init__(self, cfg, console):
         self.cfg, self.console = cfg, console

@@ -28,6 +28,9 @@ class ValidateConfig(BaseModel):
     slo: str = "p99_e2e_ms<=200"
     soak_s: Seconds = Field(3600.0, ge=0, description="soak duration (0 = no soak)")
     soak_fraction: float = Field(0.8, gt=0, le=2, description="soak rate as a fraction of the peak")
+    soak_margin: float = Field(0.8, gt=0, le=1, description=(
+        "the confirm point must meet the SLO's latency limits times this (0.8: P99 <= 160 ms for p99_e2e_ms<=200), "
+        "so the soak starts with room under the SLO"))
     soak_confirm_s: Seconds | None = Field(None, ge=0, le=3600, description=(
         "before the soak, confirm its rate with a point this long and back off 10% a step until one meets "
         "the SLO; the soak runs at that rate. None: soak/4 within 5-60 s when the peak is searched, off with "

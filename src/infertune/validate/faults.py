@@ -1,6 +1,6 @@
-"""Fault drills: SIGKILL the model worker under load, SIGSTOP it (a stalled device) to show back-pressure,
-a burst at 10x the peak, and oversized requests (the guards that keep one request from exhausting memory).
-Each returns a Drill whose evidence holds the figures that decided it."""
+"""Fault drills: SIGKILL the model worker under load, a burst at 10x the peak, and oversized requests (the guards
+that keep one request from exhausting memory); SIGSTOP (a stalled device) is stall.py. Each returns a Drill whose
+evidence holds the figures that decided it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import httpx
 
 from infertune.validate.config import Drill, ValidateConfig
-from infertune.validate.load import BackgroundLoad, Stream, is_429, point, run_streams, summarize
+from infertune.validate.load import BackgroundLoad, Stream, is_refused, point, run_streams, summarize
 from infertune.validate.load import scatter as _series
 from infertune.validate.soak import Sampler
 from infertune.validate.target import Target, scrape
@@ -61,9 +60,9 @@ def _post_check(target: Target, api: str, req: Requests, peak: float, cfg: Valid
     run = run_streams(target.url, api, [Stream("post", req.bodies, req.input_tokens, 0.5 * peak)], 0.0, seconds,
                       cfg.timeout_s, cfg.seed + 99)
     s = summarize(run.records(), cfg.timeout_s)
-    return {"healthy": s["errors"] == 0 and s["http_429"] == 0 and s["ok"] > 0, "settle_s": settle,
+    return {"healthy": s["errors"] == 0 and s["refused"] == 0 and s["ok"] > 0, "settle_s": settle,
             "rate_rps": round(0.5 * peak, 3), "seconds": seconds, "requests": s["requests"], "ok": s["ok"],
-            "errors": s["errors"] + s["http_429"], "p99_ms": s["latency_ok_ms"]["p99"]}
+            "errors": s["errors"] + s["refused"], "p99_ms": s["latency_ok_ms"]["p99"]}
 
 
 def kill_worker(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConfig, log: Log) -> Drill:
@@ -102,11 +101,11 @@ def kill_worker(target: Target, api: str, req: Requests, peak: float, cfg: Valid
     first_ok = min((r.done for r in after if not r.error), default=None)
     recovery = round(first_ok - t_kill, 3) if first_ok is not None else None
     failed = [r for r in recs if r.error]
-    clear = [r for r in failed if (r.error == "http_5xx" and "worker" in str(r.detail)) or is_429(r)]
+    clear = [r for r in failed if (r.error == "http_5xx" and "worker" in str(r.detail)) or is_refused(r)]
     post_from = (t_ready or t_kill) + 0.5
     post = [r for r in recs if r.sched >= post_from]
-    post_err = sum(1 for r in post if r.error and not is_429(r))  # 429 is load shedding, judged by stall/burst
-    post_429 = sum(1 for r in post if is_429(r))
+    post_err = sum(1 for r in post if r.error and not is_refused(r))  # load shedding, judged by stall/burst
+    post_429 = sum(1 for r in post if is_refused(r))
     delta = (restarts1 - restarts0) if restarts0 is not None and restarts1 is not None else None
     fails = []
     if not target.alive():
@@ -140,99 +139,6 @@ def kill_worker(target: Target, api: str, req: Requests, peak: float, cfg: Valid
                                              f"{cfg.recovery_budget_s:g} s); {len(failed)} of {s['requests']} requests "
                                              "failed, all cleanly (503 naming the worker, or 429); none hung"),
                  wall_s=round(time.monotonic() - t_wall, 1))
-
-
-def stall(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConfig, log: Log) -> Drill:
-    if why := _no_worker(target):
-        return Drill(name="stall", reason=why)
-    t_wall = time.monotonic()
-    q = target.limits.get("max_queue")
-    stall_s = cfg.stall_s or 8.0
-    rate = max(peak, 2.0 * q / stall_s) if q else peak  # the queue fills within the first half of the stall
-    pid = target.worker_pid()
-    bound = slo_bound_ms(cfg.slo) or 1000.0
-    log(f"stall: {rate:.3g} req/s; SIGSTOP worker pid {pid} for {stall_s:g} s (queue limit {q})")
-    # one fixed schedule (not segments): a segment waits for its stalled answers, which would pause the load
-    pre, post_s = 2.0, 2.0
-    sampler = Sampler(target, 0.2)
-    box: dict[str, Any] = {}
-    started = threading.Event()
-
-    def on_start(t0: float) -> None:
-        box["t0"] = t0
-        sampler.start(t0)
-        started.set()
-
-    def go() -> None:
-        try:
-            box["run"] = run_streams(target.url, api, [Stream("stall", req.bodies, req.input_tokens, rate)], 0.0,
-                                     pre + stall_s + post_s, cfg.timeout_s, cfg.seed, on_start=on_start)
-        except Exception as e:  # noqa: BLE001
-            box["error"] = f"{type(e).__name__}: {e}"
-            started.set()
-
-    th = threading.Thread(target=go, name="validate-stall-load")
-    th.start()
-    started.wait()
-    if "t0" in box:
-        time.sleep(max(0.0, box["t0"] + pre - time.monotonic()))
-        t_stop = time.monotonic()
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            time.sleep(stall_s)
-        finally:
-            os.kill(pid, signal.SIGCONT)
-        t_cont = time.monotonic()
-    th.join()
-    sampler.stop()  # before the post-check forks its load processes: never fork while a sampler thread runs
-    if "run" not in box:
-        return Drill(name="stall", passed=False, reason=f"load generator failed: {box.get('error')}")
-    recs = sorted(box["run"].records(), key=lambda r: r.sched)
-    load_error = None
-    post = _post_check(target, api, req, peak, cfg)
-    during = [r for r in recs if t_stop <= r.sent < t_cont]
-    s = summarize(recs, cfg.timeout_s)
-    sd = summarize(during, cfg.timeout_s)
-    depth = [d for d in sampler.metrics["infertune_queue_depth"] if d is not None]
-    max_depth = max(depth) if depth else None
-    fails = _stall_failures(s, sd, q, max_depth, bound, post, load_error)
-    evidence = {
-        "rate_rps": round(rate, 3), "stall_s": stall_s, "signal": "SIGSTOP/SIGCONT", "worker_pid": pid,
-        "max_queue": q, "max_queue_depth_seen": max_depth, "requests_during_stall": sd["requests"],
-        "http_429_during_stall": sd["http_429"], "latency_429_ms": sd["latency_429_ms"], "http_429_bound_ms": bound,
-        "requests": s["requests"], "ok": s["ok"], "errors_other_than_429": s["errors"],
-        "errors_by_kind": s["errors_by_kind"], "hung_requests": s["hung"], "max_latency_ms": s["max_latency_ms"],
-        "after": post,
-    }
-    series = _series(recs, t_stop, "stall")
-    series["queue_t_s"] = [round(t - (t_stop - sampler.t0), 2) for t in sampler.t]
-    series["queue_depth"] = sampler.metrics["infertune_queue_depth"]
-    return Drill(name="stall", passed=not fails, evidence=evidence, series=series,
-                 reason="; ".join(fails) or (f"{sd['http_429']} x 429 (P99 {sd['latency_429_ms']['p99']} ms) while the "
-                                             f"worker was stopped {stall_s:g} s; queue peaked at {max_depth} of {q}; "
-                                             "healthy after"),
-                 wall_s=round(time.monotonic() - t_wall, 1))
-
-
-def _stall_failures(s: dict[str, Any], sd: dict[str, Any], q: int | None, max_depth: float | None, bound: float,
-                    post: dict[str, Any], load_error: str | None) -> list[str]:
-    """Why the stall drill fails: no 429 while the worker was stopped (`sd`: the requests sent then), slow 429s
-    (over `bound` ms), the queue past its limit `q`, other errors or hung requests (`s`: all of them), not healthy
-    after (`post`)."""
-    fails = []
-    if sd["http_429"] == 0:
-        fails.append(f"no 429 during the stall: the queue ({q}) never filled; lower --max-queue or set --stall")
-    if sd["latency_429_ms"]["p99"] is not None and sd["latency_429_ms"]["p99"] > bound:
-        fails.append(f"429s were slow: P99 {sd['latency_429_ms']['p99']:.0f} ms > {bound:g} ms")
-    if q and max_depth is not None and max_depth > q:
-        fails.append(f"queue depth reached {max_depth:.0f} > limit {q}")
-    if s["errors"] or s["hung"]:
-        fails.append(f"{s['errors']} error(s) other than 429 ({s['errors_by_kind']}), {s['hung']} hung")
-    if not post["healthy"]:
-        fails.append(f"not healthy after the stall: {post}")
-    if load_error:
-        fails.append(f"load generator failed: {load_error}")
-    return fails
 
 
 def drain_rps(recs: list[tuple], min_ok: int = 10) -> float | None:

@@ -174,13 +174,25 @@ def is_429(rec: tuple) -> bool:
     return rec.error == "http_4xx" and str(rec.detail).startswith("HTTP 429")
 
 
+def is_stalled_503(rec: tuple) -> bool:
+    """A 503 of `infertune serve` refusing a request at once because its engine stalled (code engine_stalled)."""
+    return rec.error == "http_5xx" and str(rec.detail).startswith("HTTP 503") and "stalled" in str(rec.detail)
+
+
+def is_refused(rec: tuple) -> bool:
+    """Shed load: a 429, or a 503 for a stalled engine. Neither is an error of the server: both say "not now"."""
+    return is_429(rec) or is_stalled_503(rec)
+
+
 def summarize(records: list[tuple], timeout: float) -> dict[str, Any]:
-    """Counts by outcome and latency figures (ms) of a set of records."""
+    """Counts by outcome and latency figures (ms) of a set of records. `errors` counts what is neither an answer
+    nor a refusal (is_refused); `latency_refused_ms` is how long the refused requests waited for their refusal."""
     from infertune.bench.stats import percentiles
 
     ok = [r for r in records if not r.error]
     r429 = [r for r in records if is_429(r)]
-    other = [r for r in records if r.error and not is_429(r)]
+    r503 = [r for r in records if is_stalled_503(r)]
+    other = [r for r in records if r.error and not is_refused(r)]
     kinds: dict[str, int] = {}
     examples: dict[str, str] = {}
     for r in other:
@@ -188,10 +200,12 @@ def summarize(records: list[tuple], timeout: float) -> dict[str, Any]:
         examples.setdefault(r.error, str(r.detail)[:300])
     lat = [(r.done - r.sched) * 1e3 for r in records]
     return {
-        "requests": len(records), "ok": len(ok), "http_429": len(r429), "errors": len(other),
+        "requests": len(records), "ok": len(ok), "http_429": len(r429), "http_503_stalled": len(r503),
+        "refused": len(r429) + len(r503), "errors": len(other),
         "errors_by_kind": kinds, "error_examples": examples,
         "latency_ok_ms": percentiles([(r.done - r.sched) * 1e3 for r in ok]).model_dump(),
         "latency_429_ms": percentiles([(r.done - r.sched) * 1e3 for r in r429]).model_dump(),
+        "latency_refused_ms": percentiles([(r.done - r.sched) * 1e3 for r in r429 + r503]).model_dump(),
         "max_latency_ms": round(max(lat), 1) if lat else None,
         "hung": sum(1 for r in records if r.error == "timeout" or (r.done - r.sched) > timeout),
         **token_latency(ok),
@@ -219,4 +233,5 @@ def scatter(recs: list[tuple], t_ref: float, what: str) -> dict[str, Any]:
     sel = recs[::step]
     return {"t_ref": what, "sent_s": [round(r.sched - t_ref, 3) for r in sel],
             "latency_ms": [round((r.done - r.sched) * 1e3, 1) for r in sel],
-            "outcome": ["ok" if not r.error else "429" if is_429(r) else r.error for r in sel]}
+            "outcome": ["ok" if not r.error else "429" if is_429(r) else "503 stalled" if is_refused(r) else r.error
+                        for r in sel]}

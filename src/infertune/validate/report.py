@@ -51,7 +51,7 @@ def print_summary(result: ValidateResult) -> None:
         con.print(f"wrote {result.out_dir}/validate.json, validate.html", highlight=False)
 
 
-_COLORS = {"ok": "tab:green", "429": "tab:orange"}
+_COLORS = {"ok": "tab:green", "429": "tab:orange", "503 stalled": "tab:purple"}
 
 
 def _plot(d: Drill, bound: float | None = None) -> str | None:

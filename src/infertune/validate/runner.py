@@ -75,16 +75,18 @@ def confirm_soak(target: Target, api: str, req, peak: float, cfg: ValidateConfig
     short-point peak: `sustainable_rps` and `confirm`."""
     if cfg.soak_s <= 0 or cfg.confirm_s <= 0:
         return None, None
-    from infertune.validate.confirm import confirm_evidence, confirm_soak_rate
+    from infertune.validate.confirm import confirm_evidence, confirm_soak_rate, with_margin
 
-    c = confirm_soak_rate(target, api, req, cfg.soak_fraction * peak, cfg, log)
-    ev = confirm_evidence(c)
+    c, spreads = confirm_soak_rate(target, api, req, cfg.soak_fraction * peak, cfg, log)
+    slo = with_margin(cfg.slo, cfg.soak_margin, streaming=api == "completions")
+    ev = confirm_evidence(c, spreads, {"margin": cfg.soak_margin, "slo_with_margin": slo.text})
     assert c.load is not None and ev is not None
     result.peak["sustainable_rps"] = round(c.load, 3)
     result.peak["confirm"] = c.model_dump(mode="json")
     short = f"{cfg.search_duration_s:g} s points" if result.peak.get("source") == "slo-search" else "--peak"
     log(f"peak: {peak:.4g} req/s ({short}); sustainable {c.load:.4g} req/s: a {c.duration_s:g} s point met "
-        f"{cfg.slo} there (P50 {ev['p50_ms']:.1f} ms, P99 {ev['p99_ms']:.1f} ms); the soak runs at it")
+        f"{ev['slo_with_margin']} there ({cfg.slo} with margin {cfg.soak_margin:g}; P50 {ev['p50_ms']:.1f} ms, P99 "
+        f"{ev['p99_ms']:.1f} ms); the soak runs at it")
     return c.load, ev
 
 
@@ -146,8 +148,9 @@ def final_verdict(result: ValidateResult) -> tuple[int, str]:
     only_slo = all(d.name == "soak" and d.evidence.get("slo_only_failure") for d in failed)
     soak_d = next((d for d in failed if d.name == "soak"), None)
     deg = (soak_d.evidence.get("degradation") or {}) if soak_d else {}
-    # the soak missed what its confirm point met at the same rate: say so, with both sets of figures
-    also = f"; {deg['verdict']}" if deg.get("degraded") else ""
+    # the soak missed what its confirm point met at the same rate: a trend beyond the confirm point's spread says it
+    # degrades; without one, the measured cause (trend.degradation), with both sets of figures
+    also = f"; {deg['verdict']}" if deg.get("verdict") else ""
     if only_slo:
         d = failed[0]
         slo = d.evidence["slo"]
@@ -159,12 +162,30 @@ def final_verdict(result: ValidateResult) -> tuple[int, str]:
 SLO_MISSED_EXIT = 4
 
 
-def validate(cfg: ValidateConfig, log: Log | None = None) -> ValidateResult:
-    from infertune.hardware.fingerprint import fingerprint
-    from infertune.validate.faults import burst, kill_worker, oom_guard, stall
+def _plan(target: Target, api: str, req, peak: float, cfg: ValidateConfig, log: Log, soak_rate: float | None,
+          confirmed: dict[str, Any] | None) -> list[tuple[str, Callable[[], Drill]]]:
+    """The drills to run, in order: soak, long tail, then the faults, the kill last (it replaces the worker)."""
+    from infertune.validate.faults import burst, kill_worker, oom_guard
     from infertune.validate.health import finite_output
     from infertune.validate.longtail import long_tail
     from infertune.validate.soak import soak
+    from infertune.validate.stall import stall
+
+    plan: list[tuple[str, Callable[[], Drill]]] = []
+    if cfg.soak_s > 0:
+        plan.append(("soak", lambda: soak(target, api, req, peak, cfg, log, rate=soak_rate, confirmed=confirmed)))
+    if cfg.long_tail:
+        plan.append(("long-tail", lambda: long_tail(target, api, req, peak, cfg, log)))
+    fns = {"finite-output": finite_output, "oom-guard": oom_guard, "burst": burst, "stall": stall,
+           "kill-worker": kill_worker}
+    for name in ("finite-output", "oom-guard", "burst", "stall", "kill-worker"):
+        if name in cfg.faults:
+            plan.append((name, lambda f=fns[name]: f(target, api, req, peak, cfg, log)))
+    return plan
+
+
+def validate(cfg: ValidateConfig, log: Log | None = None) -> ValidateResult:
+    from infertune.hardware.fingerprint import fingerprint
 
     log = log or (lambda s: None)
     wall0 = time.monotonic()
@@ -196,19 +217,7 @@ def validate(cfg: ValidateConfig, log: Log | None = None) -> ValidateResult:
         peak = float(result.peak["rps"])
         log(f"peak: {peak:.4g} req/s ({result.peak['source']})")
         soak_rate, confirmed = confirm_soak(target, api, req, peak, cfg, result, log)
-        plan: list[tuple[str, Callable[[], Drill]]] = []
-        if cfg.soak_s > 0:
-            plan.append(("soak", lambda: soak(target, api, req, peak, cfg, log, rate=soak_rate,
-                                              confirmed=confirmed)))
-        if cfg.long_tail:
-            plan.append(("long-tail", lambda: long_tail(target, api, req, peak, cfg, log)))
-        fns = {"finite-output": finite_output, "oom-guard": oom_guard, "burst": burst, "stall": stall,
-               "kill-worker": kill_worker}
-        # the kill last: it replaces the worker
-        for name in ("finite-output", "oom-guard", "burst", "stall", "kill-worker"):
-            if name in cfg.faults:
-                plan.append((name, lambda f=fns[name]: f(target, api, req, peak, cfg, log)))
-        for name, run in plan:
+        for name, run in _plan(target, api, req, peak, cfg, log, soak_rate, confirmed):
             if not target.alive():
                 result.drills.append(Drill(name=name, passed=False, reason="the server is no longer running "
                                            f"(exit code {target.proc.returncode}); see {target.log_path}"))

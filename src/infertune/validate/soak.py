@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from infertune.validate.analysis import degradation, leak_verdict, p99_drift, rss_slope, slo_terms_verdict
+from infertune.validate.analysis import leak_verdict, p99_drift, rss_slope, slo_terms_verdict
 from infertune.validate.config import Drill, ValidateConfig
 from infertune.validate.load import Stream, point, run_streams
 from infertune.validate.target import Target, scrape
@@ -165,6 +165,23 @@ def _token_figures(whole: Any) -> dict[str, Any]:
             "output_tokens_per_s": whole.output_tokens_per_s}
 
 
+def _degradation(confirmed: dict[str, Any] | None, pts: list[Any], window_t: list[float], sampler: Sampler,
+                 keep: list[int], slo: dict[str, Any], drifted: bool, soak_p99: float | None, others: Any,
+                 spell: Any, seed: int, min_growth_mb: float) -> dict[str, Any] | None:
+    """trend.degradation on the soak's series (window P99, and the queue depth and memory sampled after the
+    warm-up) against the confirm point's spreads."""
+    from infertune.validate.trend import degradation, trends
+
+    if confirmed is None:
+        return None
+    t = [sampler.t[i] for i in keep]
+    series = {"p99_ms": (window_t, [p.latency_ms.p99 for p in pts]),
+              "queue_depth": (t, [sampler.metrics["infertune_queue_depth"][i] for i in keep]),
+              "rss_mb": (t, [sampler.rss[i] for i in keep])}
+    tested = trends(series, confirmed.get("spread") or {}, seed=seed, floors={"rss_mb": min_growth_mb})
+    return degradation(confirmed, [p.latency_ms.p99 for p in pts], slo, drifted, soak_p99, others, spell, tested)
+
+
 def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConfig,
          log: Callable[[str], None], rate: float | None = None,
          confirmed: dict[str, Any] | None = None) -> Drill:
@@ -208,8 +225,8 @@ def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConf
     window_t = [warmup + (i + 0.5) * win for i in range(n_win)]
     spell = (busy_spell(sampler.t, sampler.others_cpu, window_t, [p.latency_ms.p99 for p in pts], win, bound)
              if sampled else None)
-    deg = degradation(confirmed, [p.latency_ms.p99 for p in pts], slo, drifted, whole.latency_ms.p99, others,
-                      spell)
+    deg = _degradation(confirmed, pts, window_t, sampler, keep, slo, drifted, whole.latency_ms.p99, others, spell,
+                       cfg.seed, cfg.min_rss_growth_mb)
     lat = whole.latency_ms
     evidence: dict[str, Any] = {
         "rate_rps": round(rate, 3), "peak_rps": round(peak, 3), "fraction": round(rate / peak, 3),
@@ -236,7 +253,7 @@ def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConf
         evidence[f"{who}_rss_mb_start_end"] = [v[0], v[-1]] if v else None
     if whole.ttft_ms is not None:
         series["window_p99_ttft_ms"] = [p.ttft_ms.p99 if p.ttft_ms else None for p in pts]
-    if fails and deg and deg["degraded"]:
+    if fails and deg and deg.get("verdict"):  # a trend beyond the confirm point's spread, or the measured cause
         fails.append(deg["verdict"])
     reason = "; ".join(fails) if fails else (
         f"{whole.n} requests at {rate:.3g} req/s for {duration:g} s, {whole.errors.total} errors, P99 {lat.p99} ms"

@@ -1,4 +1,4 @@
-"""Issue 25 against the loopback stub (tests/fixtures/openai_stub.py): bench waits for a server that answers
+"""Against the loopback stub (tests/fixtures/openai_stub.py): bench waits for a server that answers
 503 while it loads, a point against a server that never got ready is error-laden and never quoted, and
 --slo-confirm's long points find a load the queue holds where short points passed above it. ~50 s."""
 
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from bench_helpers import run_cli
 
 from infertune.bench.config import BenchConfig
@@ -14,7 +15,7 @@ from infertune.bench.runner import bench
 
 
 def test_bench_waits_for_a_loading_server_before_its_first_point(stub):
-    url = stub("fast", loading_s=3)  # started just now: 503 for about 3 more seconds
+    url = stub("fast", loading_s=3)  # 503 for 3 s from bench's first poll
     logs: list[str] = []
     res = bench(BenchConfig(url=url, rates=[50], duration=1, warmup=0.5, metrics_url=""), log=logs.append)
     ready = res.target["ready"]
@@ -39,6 +40,7 @@ def test_a_server_that_never_got_ready_gives_error_laden_points_nobody_quotes(st
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_slo_confirm_backs_off_to_a_load_the_queue_holds(stub):
     # one request at a time, 10 ms each: capacity 100 req/s. Above it the backlog after T s is (r - 100) x T
     # requests of 10 ms: with 1 s points (+0.5 s warm-up) p99 <= 60 ms passes up to r = 104 req/s, with the

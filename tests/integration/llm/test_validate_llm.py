@@ -6,16 +6,19 @@ import json
 
 import pytest
 
-# a vLLM start is ~1-2 min on a shared 2-core box, and the kill makes a second one
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+# a vLLM start is ~1-2 min on a shared 2-core box, and the kill makes a second one; the artifact is the served
+# tune's (conftest.py), tuned once for every test of it (the tune runs in whichever of them comes first)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
-def test_validate_soaks_vllm_on_ttft_tpot_and_serve_restarts_it_after_a_kill(served_artifact, tmp_path, monkeypatch):
+def test_validate_soaks_vllm_on_ttft_tpot_and_serve_restarts_it_after_a_kill(served_tune, tmp_path, monkeypatch):
+    from served_helpers import VENV
+
     from infertune.validate.config import ValidateConfig
     from infertune.validate.runner import validate
 
-    art, vllm = served_artifact
-    monkeypatch.setenv("INFERTUNE_VLLM_PYTHON", str(vllm))
+    art = served_tune[1] / "artifact"
+    monkeypatch.setenv("INFERTUNE_VLLM_PYTHON", str(VENV))
     # --peak: no SLO search (minutes of points here), a rate the shared 2-core box holds (0.24 req/s already built
     # a queue there); whether the SLO is met depends on the neighbours: the figures and their judging are checked
     cfg = ValidateConfig(target=str(art), peak=0.2, soak_s=30, long_tail=False, faults=["kill-worker"],

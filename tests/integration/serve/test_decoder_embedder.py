@@ -25,8 +25,8 @@ TEXTS = [
     "Transformers use attention to mix information across positions in a sequence.",
 ]
 
-pytestmark = pytest.mark.skipif(not (SMOL / "config.json").exists(),
-                                reason=f"{SMOL} is missing: `make vllm-env` (part of `make test`) converts it")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not (SMOL / "config.json").exists(),
+                                reason=f"{SMOL} is missing: `make vllm-env` (part of `make test`) converts it")]
 
 
 @pytest.fixture(scope="module")

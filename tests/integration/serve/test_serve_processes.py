@@ -15,6 +15,7 @@ from collections import Counter
 
 import httpx
 import numpy as np
+import pytest
 from serve_helpers import embed, metric
 
 
@@ -125,6 +126,7 @@ def test_killed_engine_fails_its_requests_and_is_restarted(fake_server):
     assert srv.proc.poll() is None
 
 
+@pytest.mark.slow
 def test_minilm_frontends_tokenize_big_requests_with_the_checked_fast_tokenizer():
     """Real MiniLM behind 2 frontends: /ready names the tokenizer the frontends use (tokie where installed: it holds
     the GIL, so a big request is tokenized on the loop in slices of 256), a 280-text request (two slices) gets the

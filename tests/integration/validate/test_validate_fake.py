@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
 from validate_helpers import ROOT, run_cli
+
+pytestmark = pytest.mark.slow  # each test a `validate` run of seconds-long drills against a real server
 
 SHORT = ["--soak", "6s", "--step", "1.5s", "--burst", "2s", "--stall", "3s", "--sample-interval", "0.5"]
 
@@ -41,6 +44,10 @@ def test_every_drill_passes_on_a_healthy_server(fake_artifact, tmp_path):
     assert kill["failed_requests"] == kill["failed_clean"]
     stall = d["stall"]["evidence"]
     assert stall["http_429_during_stall"] > 0 and stall["max_queue_depth_seen"] <= 32
+    # refused at once, never after waiting out the deadline the server reports (/ready limits.max_wait_s)
+    assert stall["deadline_s"] == 10.0 and stall["refused_during_stall"] >= stall["http_429_during_stall"]
+    assert stall["refused_wait_ms"]["n"] == stall["refused_during_stall"]
+    assert stall["refused_wait_ms"]["max"] < stall["deadline_s"] * 1e3
     burst = d["burst"]["evidence"]
     assert burst["http_429"] > 0 and burst["errors_other_than_429"] == 0 and burst["after"]["healthy"]
     assert burst["latency_ok_ms"]["p99"] <= burst["latency_bound_ms"]

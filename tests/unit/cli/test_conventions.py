@@ -104,7 +104,7 @@ TIME_FLAGS = {
     "bench": ["--duration", "--warmup", "--timeout", "--slo-confirm", "--wait-ready"],
     "tune": ["--time-budget", "--lm-time-budget"],
     "verify": ["--lm-duration"],
-    "serve": ["--request-timeout-s", "--graceful-timeout-s", "--drain-s", "--worker-timeout-s"],
+    "serve": ["--request-timeout-s", "--graceful-timeout-s", "--drain-s", "--worker-timeout-s", "--max-wait-s"],
     "validate": ["--soak", "--burst", "--stall", "--step", "--search-duration", "--sample-interval", "--timeout",
                  "--recovery-budget", "--soak-confirm"],
 }
@@ -141,7 +141,7 @@ def test_no_other_time_flag_was_missed():
     skip = {"--max-wait-ms", "--max-lag-ms", "--slo-p99-ms", "--max-rss-slope", "--max-items-per-request",
             "--requests", "--save-requests", "--max-requests", "--slo-keepup", "--devices", "--serve-arg",
             "--max-p99-drift", "--max-error-rate", "--lm-batches", "--max-batch-items", "--max-body-mb", "--json",
-            "--soak-fraction"}
+            "--soak-fraction", "--soak-margin"}
     group = typer.main.get_command(app)
     for name, cmd in group.commands.items():
         if not hasattr(cmd, "params"):

@@ -38,8 +38,8 @@ def _written(result, out):
     docs = {}
     for f in result.files:
         rel = str(Path(f.path).relative_to(out))
-        if rel.startswith("image/"):  # the image's build and run scripts (tests/unit/deploy/test_deploy_sizing.py)
-            continue
+        if rel.startswith(("image/", "prometheus/", "grafana/")):  # build/run scripts (test_deploy_sizing.py), alert
+            continue  # rules and the dashboard (test_deploy_monitoring.py)
         objs = _read(f.path)
         if rel == "compose.yaml":
             validate_compose(objs[0])
@@ -252,8 +252,9 @@ def test_cli_writes_and_reports_json(minilm_artifact, tmp_path):
                                    "--json"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout[res.stdout.index("{"):])
+    # the dashboard too; no alert rules: this manifest holds no measured figure to set a threshold from
     assert {Path(f["path"]).name for f in data["files"]} == {"all-minilm-l6-v2.yaml", "compose.yaml", "build.sh",
-                                                             "run.sh"}
+                                                             "run.sh", "all-minilm-l6-v2-dashboard.json"}
 
 
 def test_model_too_big_for_the_gpus_is_a_user_mistake(tmp_path):
@@ -291,7 +292,8 @@ def test_cli_compose_only_with_host_path(minilm_artifact, tmp_path):
 
     res = CliRunner().invoke(app, ["deploy", str(minilm_artifact), "--out", str(tmp_path / "o"), "--target", "compose"])
     assert res.exit_code == 0, res.output
-    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["compose.yaml", "image"]
+    # compose only: no k8s/; the dashboard is for any Grafana (no alert rules: no measured figure in this manifest)
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["compose.yaml", "grafana", "image"]
     res = CliRunner().invoke(app, ["deploy", str(minilm_artifact), "--out", str(tmp_path / "k"), "--target", "k8s",
                                    "--model-host-path", "/data/models/minilm"])
     assert res.exit_code == 0, res.output

@@ -43,7 +43,7 @@ def written(result, out):
     docs = {}
     for f in result.files:
         rel = str(Path(f.path).relative_to(out))
-        if rel.startswith("image/"):
+        if rel.startswith(("image/", "prometheus/", "grafana/")):  # alerts and dashboard: test_deploy_monitoring.py
             docs[rel] = Path(f.path).read_text()
             continue
         objs = [d for d in yaml.safe_load_all(Path(f.path).read_text()) if d is not None]

@@ -25,11 +25,9 @@ QUICK_BUDGET_S, FULL_BUDGET_S = 840.0, 2400.0
 
 
 def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _lat(p: dict | None) -> Latency | None:
@@ -40,6 +38,7 @@ class ServedLMTask(CausalLMTask):
     kind = "causal-lm"
     unit = "req/s"
     baseline_eligible = True  # vLLM's defaults on the unquantized model may well be the answer
+    quick_confirm = True  # the SLO search's rate is confirmed once, --quick or not
     baseline_label = "vLLM's defaults on the unquantized model"
     measured_how = "each server loaded alone, same load file and SLO search"
     # server starts (and checkpoint making) fill the probe stage, but the SLO searches of the full rounds are the
@@ -55,6 +54,8 @@ class ServedLMTask(CausalLMTask):
         self.best_ckpt: Any = None
         self.loads: dict[str, list[dict]] = {}
         self.e2e_p99: dict[str, float] = {}  # ms, from each candidate's probe
+        self.reference_off_gpu: str | None = None  # why vllm/bf16 was not started (tasks/causal_lm/fit.py)
+        self.result: TuneResult | None = None
 
     # --- setup ---------------------------------------------------------------------------------
     def load(self, out: Path) -> TuneResult:
@@ -96,14 +97,16 @@ class ServedLMTask(CausalLMTask):
             f"{cfg.device}: {summary.n_items} requests (prompt p50 {summary.tokens_p50:.0f} / p90 "
             f"{summary.tokens_p90:.0f} tokens), {self.calibration.n} calibrate the checkpoints, {self.sets.n_eval} "
             f"judge and load them; {self.slo_text()} -> {out}", highlight=False)
-        return TuneResult(kind="causal-lm", model=spec.name, config=cfg.model_dump(mode="json"), environment=env,
+        self.result = TuneResult(kind="causal-lm", model=spec.name, config=cfg.model_dump(mode="json"), environment=env,
                           workload=summary, started=env.timestamp, out_dir=str(out), reference="vllm/bf16",
                           lm={"spec": spec.to_dict(), "engine": "vllm", "vllm": " ".join(self.vllm),
                               "slo": self.slo_text(), "concurrency": cfg.lm_concurrency,
                               "eval_seqs": len(self.sets.seqs), "greedy_prompts": len(self.sets.prompts),
                               "greedy_tokens": self.n_new, "load_file": str(self.sets.load_file),
                               "calibration": self.calibration.model_dump(),
-                              "kl": f"top-{20} of each server's prompt_logprobs + tail bucket (a lower bound)"})
+                              "kl": f"top-{20} of each server's prompt_logprobs + tail bucket (a lower bound)",
+                              "accuracy_reference": {"kind": "served", "candidate": "vllm/bf16"}})
+        return self.result
 
     @property
     def n_new(self) -> int:
@@ -123,10 +126,11 @@ class ServedLMTask(CausalLMTask):
         return QUICK_BUDGET_S if self.cfg.quick else FULL_BUDGET_S
 
     def options(self, caps) -> list[Option]:
+        from infertune.tasks.causal_lm.fit import screen_task
         from infertune.tasks.causal_lm.served_candidates import checkpoint_options
 
         self.caps = caps
-        return checkpoint_options(caps, self.cfg.quick)
+        return screen_task(self, checkpoint_options(caps, self.cfg.quick), caps)  # fit before any server starts
 
     def available(self, cand) -> str | None:
         from infertune.llm.checkpoint_rules import SCHEMES, evaluate
@@ -208,12 +212,18 @@ class ServedLMTask(CausalLMTask):
         from infertune.llm.served import score
         from infertune.llm.verify import accuracy, judge_batch, within_budget
 
+        if getattr(self, "reference_off_gpu", None) is not None:  # bf16 did not fit: its logits off the GPU
+            from infertune.tasks.causal_lm.fit import offline_reference
+
+            offline_reference(self)
         t = time.perf_counter()
         rows = worker.call("logprobs", timeout=600, seqs=self.sets.seqs)
         greedy = worker.call("greedy", timeout=600, prompts=self.sets.prompts, n_new=self.n_new)
         self.greedy[cand.id] = greedy
         if self.ref_score is None:
             self.ref_rows, self.ref_score, self.ref_greedy = rows, score(rows), greedy
+            if getattr(self, "result", None) is not None and cand.id != self.baseline_id():
+                self.result.lm["accuracy_reference"] |= {"candidate": cand.id}
             acc = accuracy(self.ref_score, None, greedy, greedy)
         else:
             acc = accuracy(self.ref_score, score(self.ref_rows, rows), self.ref_greedy, greedy)
@@ -290,20 +300,9 @@ class ServedLMTask(CausalLMTask):
         return got
 
     def _say(self, cand, got: dict[str, Any]) -> None:
-        stage = got.get("stage") or "point"
-        if stage == "search":
-            pt = got.get("at_max") or got.get("lowest") or {}
-            head = (f"{got['max_load_rps']:.3f} req/s meets {self.slo_text()}" if got.get("met") else
-                    f"no rate met {self.slo_text()}")
-        else:
-            pt, head = got, f"{got.get('requests_per_s') or 0:.3f} req/s"
-            if stage == "confirm":
-                head = (f"confirm at {got.get('rate')} req/s: "
-                        f"{'held' if got.get('slo_pass') else 'did not hold'}, " + head)
-        t, p = pt.get("ttft_ms") or {}, pt.get("tpot_ms") or {}
-        self.console.print(f"    {cand.id}: {head} (TTFT P99 {t.get('p99') or 0:.0f} ms, TPOT P99 "
-                           f"{p.get('p99') or 0:.1f} ms; {got.get('points', 1)} bench points, {got.get('wall_s')} s)",
-                           highlight=False)
+        from infertune.tasks.causal_lm.served_report import load_line
+
+        self.console.print(f"    {cand.id}: {load_line(got, self.slo_text())}", highlight=False)
 
     def pass_s(self, run, cand) -> float:
         """One point costs its warm-up and window plus ~8 s of requests draining and bench's own work (measured:

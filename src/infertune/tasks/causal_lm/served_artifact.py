@@ -48,6 +48,10 @@ def save_served_artifact(run, result, out: Path, task) -> None:
     env = {k: v for k, v in (ex.get("env") or {}).items()}
     greedy = [{"prompt": task.tok.decode(p), "prompt_ids": list(p), "prompt_tokens": len(p), "tokens": toks,
                "text": task.tok.decode(toks)} for p, toks in zip(task.sets.prompts, task.greedy[c.id], strict=True)]
+    from infertune.llm.versions import engine_versions, python_of
+
+    versions = engine_versions(python_of(task.vllm))  # the interpreter every candidate's server ran in
+    result.lm["engine_versions"] = versions
     record = next((p for p in Path(ex["checkpoint"]).parent.glob(Path(ex["checkpoint"]).name + ".infertune.json")),
                   None)
     manifest: dict[str, Any] = {
@@ -67,9 +71,12 @@ def save_served_artifact(run, result, out: Path, task) -> None:
         "vllm": {"model_dir": "model", "dtype": job_dtype, "max_model_len": max_len, "args": args,
                  "env": env, "commands": commands(art / "model", job_dtype, max_len, args, env)},
         "load": {"serve": f"infertune serve {art}"},
+        "versions": versions,  # what tune measured with: plan/deploy pin the image to it, serve compares
     }
     # what `infertune verify` measures again: this host's fingerprint and the load tune's rate was measured on
-    manifest["fingerprint"] = result.environment.model_dump(mode="json") if result.environment else None
+    from infertune.hardware.fingerprint import fingerprint
+
+    manifest["fingerprint"] = fingerprint(None).model_dump(mode="json")
     if getattr(task, "sets", None) is not None and Path(task.sets.load_file).exists():
         shutil.copy2(task.sets.load_file, art / "load.jsonl")
     (art / MANIFEST).write_text(json.dumps(manifest, indent=2))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from infertune.plots import fmt as _f
 from infertune.results import CandidateResult, TuneResult
@@ -137,3 +138,19 @@ def write_served_report(result: TuneResult, path: Path) -> Path:
 
 
 __all__ = ["print_served_summary", "write_served_report", "quantized_verdicts", "rows"]
+
+
+def load_line(got: dict[str, Any], slo_text: str) -> str:
+    """One bench stage of a served candidate in words: the searched rate, a confirm point or a closed-loop point,
+    with its TTFT and TPOT P99s."""
+    stage = got.get("stage") or "point"
+    if stage == "search":
+        pt = got.get("at_max") or got.get("lowest") or {}
+        head = (f"{got['max_load_rps']:.3f} req/s meets {slo_text}" if got.get("met") else f"no rate met {slo_text}")
+    else:
+        pt, head = got, f"{got.get('requests_per_s') or 0:.3f} req/s"
+        if stage == "confirm":
+            head = f"confirm at {got.get('rate')} req/s: {'held' if got.get('slo_pass') else 'did not hold'}, " + head
+    t, p = pt.get("ttft_ms") or {}, pt.get("tpot_ms") or {}
+    return (f"{head} (TTFT P99 {t.get('p99') or 0:.0f} ms, TPOT P99 {p.get('p99') or 0:.1f} ms; "
+            f"{got.get('points', 1)} bench points, {got.get('wall_s')} s)")

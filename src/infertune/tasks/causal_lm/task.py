@@ -14,6 +14,9 @@ from infertune.results import Accuracy, CandidateResult, TuneResult
 from infertune.tuning.task import Option, Probe, Task
 
 RANDOM_WEIGHTS_MAX_KL = 0.01  # nats/token: the same function up to rounding (bf16 vs fp16: ~2e-7)
+# --quick: the reference's verification took 60-86 s of 180 under load 15 on 2 cores, and the default 55% probe
+# share then left the static loop no time to start (docs/measurements/2026-12-06-epyc-decode-quick)
+QUICK_SHARES = {"probe": 0.75, "refine": 0.75, "full": 0.93, "confirm": 0.93}
 ENGINE_RANK = {"hf-generate": 0, "static": 1, "cuda-graph": 2, "static-compile": 3, "cuda-graph-compile": 3}
 
 
@@ -21,6 +24,8 @@ class CausalLMTask(Task):
     kind = "causal-lm"
     unit = "tokens/s"
     baseline_eligible = True  # eager generate() is also the accuracy reference and a servable answer
+    # --quick is a diagnosis (does a loop beat eager, and why): one interleaved round, no confirmation passes
+    quick_confirm = False
 
     def __init__(self, cfg, console, ref):
         from infertune.workloads.chat import load_chat_workload
@@ -44,6 +49,8 @@ class CausalLMTask(Task):
         from infertune.tasks.causal_lm.plan import workload_plan
 
         cfg, console = self.cfg, self.console
+        if cfg.quick:  # no refinement and no confirmation in a quick diagnosis: the loops' probes get that time
+            self.stage_shares = QUICK_SHARES
         if self.ref.format == "gguf":
             console.print(f"loading {self.ref.gguf_file} (a GGUF is converted once to plain safetensors, cached) ...",
                           highlight=False)
@@ -69,10 +76,12 @@ class CausalLMTask(Task):
                               "static_cache_len": p["max_len"], "kl": "top-64 of the reference + tail bucket"})
 
     def default_budget_s(self) -> float:
-        """--lm-time-budget; halved with --quick on CPU (on GPU a compiled, graph-captured step needs its
-        compile time whatever the mode)."""
+        """--lm-time-budget; a third (180 s) with --quick on CPU, aiming at about 3 minutes on 2 cores (on GPU a
+        compiled, graph-captured step needs its compile time whatever the mode). A quarter left the static loop no
+        time to start on a busy 2-core EPYC; at load 9-14 the run still took 303 s, its first round overrunning
+        (docs/measurements/2026-12-06-epyc-decode-quick)."""
         quick_cpu = self.cfg.quick and self.cfg.device == "cpu"
-        return self.cfg.lm_time_budget_s / 2 if quick_cpu else self.cfg.lm_time_budget_s
+        return self.cfg.lm_time_budget_s / 3 if quick_cpu else self.cfg.lm_time_budget_s
 
     def options(self, caps) -> list[Option]:
         from infertune.tasks.causal_lm.candidates import options
@@ -155,7 +164,8 @@ class CausalLMTask(Task):
                     f"    {cand.id}: TPOT at batch {', '.join(map(str, todo))} only: compiling a batch size took "
                     f"{self.warm_s[cand.id]:.0f} s in its probe, and {max_s:.0f} s are left for this pass",
                     highlight=False)
-            self._measure(worker, cand, dict(list(p["ttft"].items())[:1]), 2, todo, timeout)
+            if p["batches"] != [1] or len(p["ttft"]) > 1:  # --quick: the probe warmed all of it (batch 1, one length)
+                self._measure(worker, cand, dict(list(p["ttft"].items())[:1]), 2, todo, timeout)
         steps = p["steps"]
         if max_s is not None and cand.id in self.call_s and self.call_s[cand.id] > max_s:
             steps = max(2, int(steps * max_s / self.call_s[cand.id]))
@@ -214,6 +224,16 @@ class CausalLMTask(Task):
         return (f"Winner: {win.name} at {win.tokens_per_s:.1f} tokens/s batch-1 decode ({lat}{roof}); "
                 f"perplexity {a.ppl_delta_rel * 100:+.2f}%, top-1 agreement {a.top1_agreement:.4f}, "
                 f"KL {a.kl_mean:.2e} nats/token, greedy agreement {a.greedy_agreement:.2f}.")
+
+    def compare_with_plan(self, result: TuneResult) -> None:
+        """The roofline held against the loops: when none beat eager generate(), one decision line says so and why
+        (tasks/causal_lm/diagnosis.py); results.json's `lm.diagnosis` keeps the figures."""
+        from infertune.tasks.causal_lm.diagnosis import diagnose
+
+        d = diagnose(result, self.unit)
+        if d is not None:
+            result.lm["diagnosis"] = d
+            result.decision.append(d["sentence"])
 
     # --- outputs -------------------------------------------------------------------------------
     def save_artifact(self, run, result: TuneResult, out: Path) -> None:

@@ -19,7 +19,7 @@ def _greedy(matches):
     return {"greedy_agreement": sum(m / 4 for m in matches) / len(matches),
             "exact": sum(m == 4 for m in matches) / len(matches), "n": len(matches),
             "samples": [{"prompt_tokens": 2 + i, "expected": "abcd", "served": "abcd" if m == 4 else "abzz",
-                         "match": m} for i, m in enumerate(matches)],
+                         "match": m, "of": 4} for i, m in enumerate(matches)],
             "served_tokens": [[7, 8, 9, 10] if m == 4 else [7, 8, 0, 0] for m in matches]}
 
 
@@ -46,8 +46,10 @@ def test_an_answer_that_moves_when_batched_fails_the_batch_check(monkeypatch):
 
 
 @pytest.mark.parametrize("tuned, workload, want_ratio", [
-    ({"requests_per_s": 2.0, "concurrency": 4, "slo": None}, None, 0.75),  # same method: judged
-    ({"requests_per_s": 2.0, "concurrency": 4, "slo": "p99_ttft_ms<=800"}, None, None),  # an SLO search: reported
+    ({"requests_per_s": 2.0, "concurrency": 4, "slo": "no SLO: requests/s at concurrency 4", "goodput_rps": None},
+     None, 0.75),  # a closed-loop point, as here: judged
+    ({"requests_per_s": 2.0, "concurrency": 4, "slo": "p99_ttft_ms<=800", "goodput_rps": 1.5}, None, None),  # searched
+    ({"requests_per_s": 2.0, "concurrency": 4, "goodput_rps": None}, "load.jsonl", None),  # the user's load
 ])
 def test_speed_is_a_ratio_only_against_a_figure_measured_the_same_way(monkeypatch, tmp_path, tuned, workload,
                                                                       want_ratio):
@@ -55,7 +57,21 @@ def test_speed_is_a_ratio_only_against_a_figure_measured_the_same_way(monkeypatc
 
     (tmp_path / "load.jsonl").write_text('{"prompt": "x", "max_tokens": 4}\n')
     monkeypatch.setattr(served, "load", lambda url, path, **kw: {"requests_per_s": 1.5, "n": 30})
-    cfg = SimpleNamespace(workload=workload, lm_duration_s=1.0, max_slowdown=0.1)
+    cfg = SimpleNamespace(workload=workload and tmp_path / workload, lm_duration_s=1.0, max_slowdown=0.1)
     s = rv.measure_speed("http://x", Path(tmp_path), {"tune": tuned}, cfg)
     assert s.ratio == want_ratio and s.ok == (want_ratio is None)
     assert ("ratio 0.750x, limit 0.90x" in s.note) if want_ratio else ("no ratio" in s.note)
+
+
+def test_texts_that_differ_only_in_skipped_special_tokens_are_no_mismatch():
+    """The served text skips special tokens the recorded one shows; the tokens decide."""
+    g = _greedy([4, 4])
+    g["samples"][0]["expected"], g["samples"][0]["served"] = "<|im_end|>\nassistant", "\nassistant"
+    assert rv.judge_greedy(g, 0.97).first_mismatch is None
+
+
+def test_an_artifact_without_a_fingerprint_says_so_instead_of_listing_every_library():
+    now = {"libraries": {"torch": "2.13.0"}, "cpu_flags": ["avx2"]}
+    assert rv._diff(None, now) == rv._diff({}, now) and "no environment fingerprint" in rv._diff(None, now)[0]
+    assert rv._diff({"libraries": {"torch": "2.12.0"}, "cpu_flags": ["avx2"]}, now) == [
+        "torch: 2.12.0 (artifact) -> 2.13.0 (here)"]
