@@ -79,6 +79,19 @@ def register(app: typer.Typer) -> None:
     app.command("validate", help=HELP)(validate_cmd)
 
 
+# flags whose default depends on the server (an LLM's: validate.config.point_s, engine_kill.budget): left out of the
+# config when not given on the command line, so the config knows they were not chosen
+SERVER_DEFAULTS = {"recovery_budget": "recovery_budget_s", "step": "step_s", "search_duration": "search_duration_s"}
+
+
+def _given_only(ctx: typer.Context, **kw):
+    for flag, field in SERVER_DEFAULTS.items():
+        src = ctx.get_parameter_source(flag)
+        if src is not None and src.name == "DEFAULT":
+            kw.pop(field)
+    return kw
+
+
 def _faults(text: str) -> list[str]:
     from infertune.errors import InfertuneError
     from infertune.validate.config import FAULTS
@@ -93,6 +106,7 @@ def _faults(text: str) -> list[str]:
 
 
 def validate_cmd(
+    ctx: typer.Context,
     target: Annotated[str, typer.Argument(help="artifact / model to serve, or http(s) URL of a running server")],
     peak: Annotated[float | None, typer.Option(help="peak req/s (default: found by bench's SLO search)")] = None,
     slo: Annotated[str, typer.Option(
@@ -140,14 +154,15 @@ def validate_cmd(
     from infertune.validate.report import print_summary
     from infertune.validate.runner import validate
 
-    cfg = ValidateConfig(
+    cfg = ValidateConfig(**_given_only(
+        ctx,
         target=target, peak=peak, slo=slo, soak_s=soak, soak_fraction=soak_fraction,
         soak_confirm_s=soak_confirm, soak_margin=soak_margin, long_tail=long_tail,
         faults=_faults(faults), workload=workload, out=out, max_queue=max_queue, serve_args=serve_arg or [],
         max_error_rate=max_error_rate, max_rss_slope_mb_h=max_rss_slope, max_p99_drift=max_p99_drift,
         recovery_budget_s=recovery_budget, burst_factor=burst_factor, burst_s=burst, stall_s=stall, step_s=step,
         search_duration_s=search_duration, sample_interval_s=sample_interval, timeout_s=timeout, seed=seed,
-    )
+    ))
     import signal
     import sys
 

@@ -7,7 +7,8 @@ the `python` argument, $INFERTUNE_VLLM_PYTHON, ./.venv-vllm/bin/python, <repo>/.
 
 serve_llm() blocks: it starts the server in its own process group, waits until GET /health answers
 200, forwards SIGTERM/SIGINT to the server, waits for it to exit (SIGKILL after a grace period) and
-returns its exit code. start_vllm() is the non-blocking form (a context manager) used by tests and
+returns its exit code; a server that exits unasked is restarted a bounded number of times
+(llm.supervise). start_vllm() is the non-blocking form (a context manager) used by tests and
 `bench`. check_greedy() asks the running server for the manifest's greedy continuations.
 """
 
@@ -215,13 +216,15 @@ def start_vllm(artifact: str | Path, host: str = "127.0.0.1", port: int = 8000, 
 
 def serve_llm(artifact_path: str | Path, host: str = "127.0.0.1", port: int = 8000, python: str | None = None,
               extra_args: tuple[str, ...] = (), log: Path | None = None, ready_timeout_s: float = 900,
-              on_ready=None, grace_s: float = 30, check: bool = True, strict_host: bool = False) -> int:
+              on_ready=None, grace_s: float = 30, check: bool = True, strict_host: bool = False,
+              max_restarts: int | None = None) -> int:
     """Serve a causal-LM artifact with vLLM until SIGTERM/SIGINT; returns vLLM's exit code (0 = clean).
 
     Prints the launch command and the URL on stderr. Once /health answers, `check` asks the server for the
     greedy continuations tune recorded and says how many match token for token; then `on_ready(url)` is called.
     A vLLM other than the one tune measured with is one line (llm/versions.py), refused with `strict_host`.
-    """
+    A vLLM that exits unasked is started again, at most `max_restarts` times (llm.supervise; default 3)."""
+    from infertune.llm.supervise import MAX_RESTARTS, supervise
     from infertune.llm.versions import engine_versions, python_of, version_line
 
     argv, env, m = command(artifact_path, host, port, python, extra_args)
@@ -230,32 +233,41 @@ def serve_llm(artifact_path: str | Path, host: str = "127.0.0.1", port: int = 80
         print(line, file=sys.stderr, flush=True)
     env_txt = " ".join(f"{k}={v}" for k, v in env.items())
     print(f"starting vLLM: {env_txt + ' ' if env_txt else ''}{shlex.join(argv)}", file=sys.stderr, flush=True)
-    srv = VLLMServer(argv, env, host, port, log)
+    holder = [VLLMServer(argv, env, host, port, log)]
     stopping: list[int] = []
 
     def forward(sig, _frame):
         stopping.append(sig)
-        srv.send(sig)
+        holder[0].send(sig)
 
     old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        took = srv.wait_healthy(ready_timeout_s)
-        print(f"vLLM ready at {srv.url}/v1 (model {m.get('model')!r}) after {took:.0f} s; "
-              "Ctrl-C or SIGTERM stops it", file=sys.stderr, flush=True)
+        took = holder[0].wait_healthy(ready_timeout_s)
+        print(f"vLLM ready at {holder[0].url}/v1 (model {m.get('model')!r}, pid {holder[0].proc.pid}) after "
+              f"{took:.0f} s; Ctrl-C or SIGTERM stops it", file=sys.stderr, flush=True)
         if check and m.get("greedy", {}).get("samples"):
-            report_greedy(check_greedy(srv.url, artifact_path))
+            greedy_or_say(holder[0].url, artifact_path)
         if on_ready:
-            on_ready(srv.url)
-        while srv.proc.poll() is None and not stopping:
-            time.sleep(0.5)
-        code = srv.stop(stopping[0] if stopping else signal.SIGTERM, grace_s)
-        return 0 if stopping and code in (0, -signal.SIGTERM, -signal.SIGINT) else code
+            on_ready(holder[0].url)
+        return supervise(holder, lambda: VLLMServer(argv, env, host, port, log), stopping,
+                         max_restarts=MAX_RESTARTS if max_restarts is None else max_restarts,
+                         ready_timeout_s=ready_timeout_s, grace_s=grace_s)
     except BaseException:
-        srv.stop(grace_s=5)
+        holder[0].stop(grace_s=5)
         raise
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def greedy_or_say(url: str, artifact_path: str | Path) -> None:
+    """The greedy check's line, or why it stopped: a vLLM that dies during it is restarted, not the end of serve."""
+    import httpx
+
+    try:
+        report_greedy(check_greedy(url, artifact_path))
+    except (httpx.HTTPError, KeyError, ValueError) as e:
+        print(f"greedy check interrupted: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
 
 
 def report_greedy(g: dict[str, Any]) -> None:

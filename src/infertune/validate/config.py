@@ -86,6 +86,16 @@ class ValidateConfig(BaseModel):
         return min(60.0, max(5.0, self.soak_s / 4))
 
 
+LLM_POINT_S = 20.0  # a streamed completion takes seconds: a 5 s point would see few of them end
+
+
+def point_s(cfg: ValidateConfig, field: str, api: str) -> float:
+    """Seconds per SLO-search point (`search_duration_s`) or long-tail point (`step_s`): as given, or for a
+    completions server whose flag was not given, at least LLM_POINT_S."""
+    v = float(getattr(cfg, field))
+    return v if api != "completions" or field in cfg.model_fields_set else max(v, LLM_POINT_S)
+
+
 class Drill(BaseModel):
     name: str
     passed: bool | None = None  # None: skipped

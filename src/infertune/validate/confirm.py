@@ -34,11 +34,12 @@ KEEPUP = BenchConfig.model_fields["slo_keepup"].default
 SPREAD_WINDOWS = 5  # the confirm point's window P99s (their max - min is its P99 spread)
 
 
-def with_margin(slo_text: str, margin: float):
-    """The SLO with every latency limit times `margin` (the error budget and keep-up rule unchanged)."""
+def with_margin(slo_text: str, margin: float, streaming: bool = False):
+    """The SLO with every latency limit times `margin` (the error budget and keep-up rule unchanged); `streaming`:
+    TTFT/TPOT terms are allowed (an LLM server's streamed completions)."""
     from infertune.bench.slo import Term, parse_slo
 
-    slo = parse_slo(slo_text, ERROR_BUDGET, streaming=False, keepup=KEEPUP)
+    slo = parse_slo(slo_text, ERROR_BUDGET, streaming=streaming, keepup=KEEPUP)
     terms = tuple(Term(t.stat, t.metric, round(t.limit * margin, 3)) for t in slo.terms)
     text = ",".join(f"{t.stat}_{t.metric}_ms<={t.limit:g}" for t in terms)
     return dataclasses.replace(slo, text=text, terms=terms)
@@ -52,7 +53,7 @@ def confirm_soak_rate(target: Target, api: str, req: Requests, start: float, cfg
     from infertune.bench.report import fmt
     from infertune.bench.slo import confirm
 
-    slo = with_margin(cfg.slo, cfg.soak_margin)
+    slo = with_margin(cfg.slo, cfg.soak_margin, streaming=api == "completions")
     duration = cfg.confirm_s
     warmup = max(2.0, duration / 6)  # the window should see the queue the rate settles into, not its start
     last: dict[str, Any] = {}

@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 
 from infertune.validate.config import Drill, ValidateConfig
-from infertune.validate.load import BackgroundLoad, Stream, is_429, is_refused, point, run_streams, summarize
+from infertune.validate.load import BackgroundLoad, Stream, is_refused, point, run_streams, summarize
+from infertune.validate.load import scatter as _series
 from infertune.validate.soak import Sampler
 from infertune.validate.target import Target, scrape
 from infertune.workloads.bodies import Requests
@@ -65,6 +66,10 @@ def _post_check(target: Target, api: str, req: Requests, peak: float, cfg: Valid
 
 
 def kill_worker(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConfig, log: Log) -> Drill:
+    if getattr(target, "llm", False):  # vLLM under `infertune serve`: its whole engine is the worker
+        from infertune.validate.engine_kill import kill_engine
+
+        return kill_engine(target, api, req, peak, cfg, log)
     if why := _no_worker(target):
         return Drill(name="kill-worker", reason=why)
     t_wall = time.monotonic()
@@ -258,13 +263,3 @@ def oom_guard(target: Target, api: str, req: Requests, peak: float, cfg: Validat
     return Drill(name="oom-guard", passed=not fails, evidence=evidence,
                  reason="; ".join(fails) or "oversized requests refused with 4xx, the largest legal batch answered, "
                                             "server healthy", wall_s=round(time.monotonic() - t_wall, 1))
-
-
-def _series(recs: list[tuple], t_ref: float, what: str) -> dict[str, Any]:
-    """Per-request scatter for the plots: send time (s from the fault) -> latency (ms), and the outcome."""
-    step = max(1, len(recs) // 4000)
-    sel = recs[::step]
-    return {"t_ref": what, "sent_s": [round(r.sched - t_ref, 3) for r in sel],
-            "latency_ms": [round((r.done - r.sched) * 1e3, 1) for r in sel],
-            "outcome": ["ok" if not r.error else "429" if is_429(r) else "503 stalled" if is_refused(r) else r.error
-                        for r in sel]}

@@ -48,13 +48,19 @@ class Run:
         return [r for lb in labels for res in self.results[lb] for r in res["records"]]
 
 
+def streamed(api: str) -> bool:
+    """Completions are streamed, as bench streams them: every record has its first token's time (TTFT) and
+    its output token count (TPOT); embeddings answer in one piece."""
+    return api == "completions"
+
+
 def _bench_cfg(url: str, api: str, timeout: float) -> BenchConfig:
     # build_point's client self-check reads max_lag_ms / max_client_cpu / max_connections from this
     return BenchConfig(url=url, api=api, timeout=timeout, metrics_url="")
 
 
 def _spec_base(url: str, api: str, t0: float, warmup: float, duration: float, timeout: float) -> dict[str, Any]:
-    return {"url": url + ENDPOINTS[api], "api": api, "stream": False, "t0": t0, "warmup": warmup,
+    return {"url": url + ENDPOINTS[api], "api": api, "stream": streamed(api), "t0": t0, "warmup": warmup,
             "duration": duration, "timeout": timeout, "max_connections": 1024}
 
 
@@ -105,17 +111,20 @@ def point(run: Run, url: str, api: str, timeout: float, label: str | None = None
     length = run.duration if length is None else length
     results = [res for lb in ([label] if label else list(run.results)) for res in run.results[lb]]
     return build_point(results, offered=Offered(rate=rate, arrivals="constant"), t0=run.t0 + start, warmup=0.0,
-                       duration=length, streaming=False, bench_t0=run.t0, cfg=_bench_cfg(url, api, timeout),
+                       duration=length, streaming=streamed(api), bench_t0=run.t0, cfg=_bench_cfg(url, api, timeout),
                        mode="rate", error_budget=error_budget)
 
 
 class BackgroundLoad:
     """Open-loop load at a fixed rate in back-to-back segments, until stop(). Segments restart the client
-    sessions, so there is a gap of a few hundred ms between them; requests are never in a gap."""
+    sessions, so there is a gap of a few hundred ms between them; requests are never in a gap. A segment holds
+    at least 4 arrivals and lasts its full length even when every request fails at once (a server that refuses
+    connections while it restarts): a segment's schedule starts with a send, so short or early-ending segments
+    would send faster than the rate."""
 
     def __init__(self, url: str, api: str, stream: Stream, timeout: float, segment_s: float = 2.0, seed: int = 0):
-        self.url, self.api, self.stream, self.timeout, self.segment_s, self.seed = url, api, stream, timeout, \
-            segment_s, seed
+        self.url, self.api, self.stream, self.timeout, self.seed = url, api, stream, timeout, seed
+        self.segment_s = max(segment_s, 4.0 / stream.rate) if stream.rate > 0 else segment_s
         self.records: list[tuple] = []
         self.error: str | None = None
         self._stop = threading.Event()
@@ -147,6 +156,7 @@ class BackgroundLoad:
                     self.error = r["error"]
                 else:
                     self.records.extend(r["records"])
+            self._stop.wait(max(0.0, t0 + self.segment_s - time.monotonic()))
 
     def stop(self) -> list[tuple]:
         self._stop.set()
@@ -198,4 +208,30 @@ def summarize(records: list[tuple], timeout: float) -> dict[str, Any]:
         "latency_refused_ms": percentiles([(r.done - r.sched) * 1e3 for r in r429 + r503]).model_dump(),
         "max_latency_ms": round(max(lat), 1) if lat else None,
         "hung": sum(1 for r in records if r.error == "timeout" or (r.done - r.sched) > timeout),
+        **token_latency(ok),
     }
+
+
+def token_latency(ok: list[tuple]) -> dict[str, Any]:
+    """Streamed answers' time to first token and time per output token after it (ms), as bench computes
+    them; {} when none was streamed."""
+    import math
+
+    from infertune.bench.stats import percentiles
+
+    first = [r for r in ok if math.isfinite(r.first)]
+    if not first:
+        return {}
+    tpot = [(r.done - r.first) * 1e3 / (r.out_tokens - 1) for r in first if r.out_tokens > 1]
+    return {"ttft_ok_ms": percentiles([(r.first - r.sched) * 1e3 for r in first]).model_dump(),
+            "tpot_ok_ms": percentiles(tpot).model_dump()}
+
+
+def scatter(recs: list[tuple], t_ref: float, what: str) -> dict[str, Any]:
+    """Per-request scatter for the plots: send time (s from the fault) -> latency (ms), and the outcome."""
+    step = max(1, len(recs) // 4000)
+    sel = recs[::step]
+    return {"t_ref": what, "sent_s": [round(r.sched - t_ref, 3) for r in sel],
+            "latency_ms": [round((r.done - r.sched) * 1e3, 1) for r in sel],
+            "outcome": ["ok" if not r.error else "429" if is_429(r) else "503 stalled" if is_refused(r) else r.error
+                        for r in sel]}

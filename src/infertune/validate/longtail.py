@@ -36,14 +36,20 @@ def buckets(req: Requests, max_tokens: int | None, per_bucket: int = 8) -> dict[
         model = json.loads(req.bodies[0]).get("model")
         n = int(1.5 * max_tokens)
         words = ["a"] * n
-        body = {"model": model, "input": " ".join(words)} if model else {"input": " ".join(words)}
+        first = json.loads(req.bodies[0])
+        key = "input" if "input" in first else "prompt"  # embeddings, or completions (vLLM: max_model_len)
+        body = {key: " ".join(words)} | ({"model": model} if model else {}) | (
+            {"max_tokens": 1} if key == "prompt" else {})
         out["over_limit"] = {"tokens_est": n, "bodies": [json.dumps(body).encode()], "in_tokens": [n]}
     return out
 
 
 def long_tail(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConfig,
               log: Callable[[str], None]) -> Drill:
+    from infertune.validate.config import point_s
+
     t_wall = time.monotonic()
+    step = point_s(cfg, "step_s", api)
     max_tok = target.limits.get("max_input_tokens")
     bks = buckets(req, max_tok)
     truncate = bool(target.limits.get("truncate"))
@@ -53,12 +59,12 @@ def long_tail(target: Target, api: str, req: Requests, peak: float, cfg: Validat
                                             "points": []} for k, b in bks.items()}
     names = ", ".join(f"{k} ~{b['tokens_est']:g} tokens" for k, b in bks.items())
     log(f"long tail: buckets {names}; rates "
-        f"{', '.join(f'{f:g}' for f in LADDER)} x peak, {cfg.step_s:g} s each")
+        f"{', '.join(f'{f:g}' for f in LADDER)} x peak, {step:g} s each")
     fails: list[str] = []
     for frac in LADDER:
         rate = frac * peak
         streams = [Stream(k, b["bodies"], b["in_tokens"], rate * shares[k] / total) for k, b in bks.items()]
-        run = run_streams(target.url, api, streams, min(1.0, cfg.step_s / 4), cfg.step_s, cfg.timeout_s, cfg.seed)
+        run = run_streams(target.url, api, streams, min(1.0, step / 4), step, cfg.timeout_s, cfg.seed)
         w0 = run.t0 + run.warmup
         for k in bks:
             recs = [r for r in run.records(k) if r.sched >= w0]
@@ -69,6 +75,9 @@ def long_tail(target: Target, api: str, req: Requests, peak: float, cfg: Validat
                    "requests": s["requests"], "ok": s["ok"], "rejected_4xx": rejected, "http_429": s["http_429"],
                    "p50_ms": lat["p50"], "p95_ms": lat["p95"], "p99_ms": lat["p99"], "max_ms": s["max_latency_ms"],
                    "hung": s["hung"]}
+            if "ttft_ok_ms" in s:  # streamed completions: time to first token and per output token, by length
+                row |= {"p50_ttft_ms": s["ttft_ok_ms"]["p50"], "p99_ttft_ms": s["ttft_ok_ms"]["p99"],
+                        "p50_tpot_ms": s["tpot_ok_ms"]["p50"], "p99_tpot_ms": s["tpot_ok_ms"]["p99"]}
             bad = {kind: n for kind, n in s["errors_by_kind"].items() if kind != "http_4xx"}
             if k == "over_limit" and not truncate:
                 row["p99_reject_ms"] = (float(np.percentile([(r.done - r.sched) * 1e3 for r in recs], 99))
@@ -89,8 +98,12 @@ def long_tail(target: Target, api: str, req: Requests, peak: float, cfg: Validat
             continue
         b["knee"] = knee([p["rate_rps"] for p in b["points"]], [p["p99_ms"] for p in b["points"]])
     knees = {k: b["knee"].get("rate") for k, b in table.items() if k != "over_limit" or truncate}
-    evidence = {"peak_rps": round(peak, 3), "ladder_x_peak": list(LADDER), "step_s": cfg.step_s,
+    evidence = {"peak_rps": round(peak, 3), "ladder_x_peak": list(LADDER), "step_s": step,
                 "max_input_tokens": max_tok, "truncate": truncate, "buckets": table, "knee_rps": knees}
+    ttft = {k: b["points"][-1].get("p99_ttft_ms") for k, b in table.items() if b["points"]
+            and "p99_ttft_ms" in b["points"][-1]}
+    if ttft:  # streamed completions: what a longer prompt costs before the first token, at the peak rate
+        evidence["p99_ttft_ms_at_peak_by_bucket"] = ttft
     if not max_tok:
         evidence["note"] = "the server does not say its input limit: no over-limit bucket"
     series = {"buckets": {k: {"rate": [p["rate_rps"] for p in b["points"]], "p50": [p["p50_ms"] for p in b["points"]],
@@ -101,5 +114,7 @@ def long_tail(target: Target, api: str, req: Requests, peak: float, cfg: Validat
                      "every bucket answered without 5xx or hangs" + ("" if truncate or not max_tok
                                                                      else ", over-limit input refused with 4xx")
                      + "; P99 knees (req/s): " + ", ".join(f"{k} {v if v is not None else 'none'}"
-                                                           for k, v in knees.items())),
+                                                           for k, v in knees.items())
+                     + ("; P99 TTFT at the peak (ms): " + ", ".join(f"{k} {v}" for k, v in ttft.items())
+                        if ttft else "")),
                  wall_s=round(time.monotonic() - t_wall, 1))

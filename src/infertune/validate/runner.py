@@ -31,13 +31,16 @@ def find_peak(target: Target, api: str, model: str | None, req, cfg: ValidateCon
     same requests the drills send."""
     from infertune.bench.config import BenchConfig
     from infertune.bench.runner import bench
+    from infertune.validate.config import point_s
     from infertune.workloads.bodies import to_file
 
+    secs = point_s(cfg, "search_duration_s", api)
     work = to_file(req, (out or Path(".infertune-validate")) / "workload-screened.jsonl")
     bcfg = BenchConfig(url=target.url, api=api, model=model, workload=work, slo=cfg.slo,
-                       duration=cfg.search_duration_s, warmup=min(2.0, cfg.search_duration_s / 2), slo_repeats=2,
-                       timeout=cfg.timeout_s, seed=cfg.seed, out=out / "peak" if out else None, metrics_url="")
-    log(f"peak: searching the highest rate meeting {cfg.slo} ({cfg.search_duration_s:g} s per point)")
+                       duration=secs, warmup=min(2.0, secs / 2), slo_repeats=2,
+                       timeout=cfg.timeout_s, seed=cfg.seed, out=out / "peak" if out else None, metrics_url="",
+                       stream=api == "completions")
+    log(f"peak: searching the highest rate meeting {cfg.slo} ({secs:g} s per point)")
     res = bench(bcfg, log=lambda s: log(f"  {s}"))
     from infertune.validate.analysis import confirmed_rates
 
@@ -75,8 +78,8 @@ def confirm_soak(target: Target, api: str, req, peak: float, cfg: ValidateConfig
     from infertune.validate.confirm import confirm_evidence, confirm_soak_rate, with_margin
 
     c, spreads = confirm_soak_rate(target, api, req, cfg.soak_fraction * peak, cfg, log)
-    ev = confirm_evidence(c, spreads, {"margin": cfg.soak_margin, "slo_with_margin": with_margin(cfg.slo,
-                                                                                                cfg.soak_margin).text})
+    slo = with_margin(cfg.slo, cfg.soak_margin, streaming=api == "completions")
+    ev = confirm_evidence(c, spreads, {"margin": cfg.soak_margin, "slo_with_margin": slo.text})
     assert c.load is not None and ev is not None
     result.peak["sustainable_rps"] = round(c.load, 3)
     result.peak["confirm"] = c.model_dump(mode="json")
@@ -87,10 +90,12 @@ def confirm_soak(target: Target, api: str, req, peak: float, cfg: ValidateConfig
     return c.load, ev
 
 
-def _requests(cfg: ValidateConfig, api: str, model: str | None):
+def _requests(cfg: ValidateConfig, api: str, model: str | None, default: Path | None = None):
+    """The drills' requests: --workload, else the target's own (an LLM artifact's load.jsonl, the prompts tune
+    measured), else bench's default; completions are streamed (TTFT and TPOT per request)."""
     from infertune.workloads.bodies import build
 
-    return build(api, model, False, cfg.workload, None, cfg.seed)
+    return build(api, model, api == "completions", cfg.workload or default, None, cfg.seed)
 
 
 def screen(target: Target, api: str, req, log: Log):
@@ -202,7 +207,7 @@ def validate(cfg: ValidateConfig, log: Log | None = None) -> ValidateResult:
         result.target = {"url": target.url, "started_by_validate": target.owned, "api": api, "model": model,
                          "limits": target.limits, "worker": target.info.get("worker"),
                          "settings": target.info.get("settings"), "server_log": str(target.log_path or "")}
-        req, screened = screen(target, api, _requests(cfg, api, model), log)
+        req, screened = screen(target, api, _requests(cfg, api, model, target.workload), log)
         result.target["workload"] = {**req.summary(), "screening": screened}
         if cfg.peak:
             result.peak = {"rps": cfg.peak, "source": "flag", "slo": cfg.slo, "confirmed": None,

@@ -155,6 +155,16 @@ def _series(sampler: Sampler, pts: list[Any], window_t: list[float]) -> dict[str
                               for x in sampler.metrics["infertune_worker_resident_memory_bytes"]]}
 
 
+def _token_figures(whole: Any) -> dict[str, Any]:
+    """A streamed soak's time to first token and per output token (ms, with n): what an LLM SLO is judged on."""
+    if whole.ttft_ms is None:
+        return {}
+    t, o = whole.ttft_ms, whole.tpot_ms
+    return {"ttft_ms": {"p50": t.p50, "p95": t.p95, "p99": t.p99, "max": t.max, "n": t.n},
+            "tpot_ms": {"p50": o.p50, "p95": o.p95, "p99": o.p99, "max": o.max, "n": o.n} if o else None,
+            "output_tokens_per_s": whole.output_tokens_per_s}
+
+
 def _degradation(confirmed: dict[str, Any] | None, pts: list[Any], window_t: list[float], sampler: Sampler,
                  keep: list[int], slo: dict[str, Any], drifted: bool, soak_p99: float | None, others: Any,
                  spell: Any, seed: int, min_growth_mb: float) -> dict[str, Any] | None:
@@ -226,6 +236,7 @@ def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConf
         "achieved_rps": whole.achieved_rps, "errors": whole.errors.total, "error_rate": err_rate,
         "errors_by_kind": whole.errors.by_kind, "max_error_rate": cfg.max_error_rate,
         "latency_ms": {"p50": lat.p50, "p95": lat.p95, "p99": lat.p99, "max": lat.max, "n": lat.n},
+        **_token_figures(whole),
         "p99_drift": drift, "max_p99_drift": cfg.max_p99_drift, "window_s": round(win, 2),
         "rss": fit, "rss_leak": leak, "rss_verdict": leak_why, "max_rss_slope_mb_per_h": cfg.max_rss_slope_mb_h,
         "min_rss_growth_mb": cfg.min_rss_growth_mb,
@@ -240,10 +251,13 @@ def soak(target: Target, api: str, req: Requests, peak: float, cfg: ValidateConf
     for who in ("server", "worker"):  # which process grew
         v = [x for x, t in zip(series[f"{who}_rss_mb"], sampler.t, strict=True) if x is not None and t >= warmup]
         evidence[f"{who}_rss_mb_start_end"] = [v[0], v[-1]] if v else None
+    if whole.ttft_ms is not None:
+        series["window_p99_ttft_ms"] = [p.ttft_ms.p99 if p.ttft_ms else None for p in pts]
     if fails and deg and deg.get("verdict"):  # a trend beyond the confirm point's spread, or the measured cause
         fails.append(deg["verdict"])
     reason = "; ".join(fails) if fails else (
-        f"{whole.n} requests at {rate:.3g} req/s for {duration:g} s, {whole.errors.total} errors, P99 {lat.p99} ms, "
-        f"P99 drift {drift['ratio']}x, {leak_why}")
+        f"{whole.n} requests at {rate:.3g} req/s for {duration:g} s, {whole.errors.total} errors, P99 {lat.p99} ms"
+        + (f" (TTFT P99 {whole.ttft_ms.p99} ms, TPOT P99 {whole.tpot_ms.p99} ms)" if whole.ttft_ms else "")
+        + f", P99 drift {drift['ratio']}x, {leak_why}")
     return Drill(name="soak", passed=not fails, reason=reason, evidence=evidence, series=series,
                  wall_s=round(time.monotonic() - t_wall, 1))

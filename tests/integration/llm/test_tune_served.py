@@ -3,56 +3,25 @@ defaults and one engine setting, each a real server on loopback, scored through 
 then `serve` on the artifact reproduces every greedy continuation tune recorded. Quantized checkpoints need the
 llm-compressor venv (not part of `make test`): where it is missing they are recorded as skipped with that reason.
 
-Every server gets --enforce-eager (the --vllm-args knob): compiling at start costs minutes on a 2-core box. On a CPU
-without native bf16 (AVX2: a 2-core AVX2-only box) it also gets --dtype float32, as tests/vllm_cpu.py does: vllm-cpu
-emulates bf16 there several times slower than fp32 (each server's teacher-forced and greedy check took ~140 s).
-The workload is 32 of the built-in sample's shorter requests (the tune's eval split still holds more than the 16
-greedy prompts), and one timed pass per candidate: what the tests check is the records, the pick and the replay,
-not how long the passes were."""
+The tune is conftest.py's `served_tune`: every server gets --enforce-eager (compiling at start costs minutes on a
+2-core box) and, on a CPU without native bf16, --dtype float32 (vllm-cpu emulates bf16 there several times slower;
+each server's teacher-forced and greedy check took ~140 s on an AVX2 box). The workload is 32 of the built-in
+sample's shorter requests (the tune's eval split still holds more than the 16 greedy prompts), and one timed pass
+per candidate: what the tests check is the records, the pick and the replay, not how long the passes were."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
+from served_helpers import VENV, vllm_args
 
-# the module's tune (two vLLM starts and their loads) runs inside its first test: ~3 min here, more on a slower box
+# the shared tune (two vLLM starts and their loads) runs inside the first test that asks for it: ~3 min on a 2-core
+# box, more on a slower one
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
-VENV = Path(os.environ.get("INFERTUNE_VLLM_PYTHON", Path(__file__).resolve().parents[3] / ".venv-vllm/bin/python"))
-
-
-def _vllm_args() -> tuple[str, ...]:
-    import vllm_cpu
-
-    return ("--enforce-eager",) + (() if vllm_cpu.DTYPE == "bfloat16" else ("--dtype", vllm_cpu.DTYPE))
-
-
-def _short_workload(path: Path, n: int = 32) -> Path:
-    """`n` requests of the built-in chat sample (chat and completions), spread over those of at most 400 characters."""
-    from infertune.workloads.chat import sample_chat_path
-
-    rows = [json.loads(x) for x in sample_chat_path().read_text(encoding="utf-8").splitlines() if x.strip()]
-    short = [r for r in rows if sum(len(m["content"]) for m in r.get("messages", [])) + len(r.get("prompt", "")) <= 400]
-    picked = [short[round(i * (len(short) - 1) / (n - 1))] for i in range(n)]
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in picked), encoding="utf-8")
-    return path
-
-
-@pytest.fixture(scope="module")
-def served_tune(tmp_path_factory, smollm2_tuner):
-    if not VENV.exists():
-        pytest.skip("no vllm-cpu venv (.venv-vllm; `make vllm-env`)")
-    d = tmp_path_factory.mktemp("served")
-    # no SLO: the pick is requests/s at the workload's concurrency, one closed-loop point a round (the SLO search
-    # and the pick by goodput are unit-tested; a search here would cost minutes of points on a 2-core box)
-    return smollm2_tuner(d / "run", lm_engine="vllm", workload=_short_workload(d / "chat.jsonl"),
-                        candidates=["max-num-batched-tokens"], lm_max_tokens=16, lm_vllm_args=_vllm_args(),
-                        time_budget_s=600, drop_below=0, rounds=1, confirm_rounds=0)
 
 
 def test_tune_records_every_served_candidate_and_picks_the_fastest(served_tune):
@@ -61,7 +30,7 @@ def test_tune_records_every_served_candidate_and_picks_the_fastest(served_tune):
     by = {c["name"]: c for c in data["candidates"]}
     ref = by["vllm/bf16"]
     assert ref["status"] == "ok" and ref["accuracy"]["top1_agreement"] == 1.0 and ref["requests_per_s"] > 0
-    assert ref["served"]["checkpoint"] and ref["executed"]["args"] == list(_vllm_args())
+    assert ref["served"]["checkpoint"] and ref["executed"]["args"] == list(vllm_args())
     # the settings search ran on the best checkpoint, as its own server
     setting = next(c for n, c in by.items() if "max-num-batched-tokens" in n)
     assert setting["executed"]["args"][-2] == "--max-num-batched-tokens" and setting["executed"]["load_s"] > 0
