@@ -86,8 +86,8 @@ MaxWaitS = Annotated[float | None, Duration(
     "tokens queued and in flight by the engine's measured service rate (tokens/s, averaged over its busy time): "
     "a request expected to wait longer than its deadline gets 429 at once with Retry-After (the seconds until the "
     "queue is expected to have drained enough); with work queued and no rows finished for longer than the "
-    "deadline (a stalled engine) it gets 503 at once, and admitted requests past their deadline fail with 503 "
-    "instead of waiting on. Default: 10x the artifact's P99 SLO (at least 1 s), else 10 s. /metrics: "
+    "deadline (a stalled engine) it gets 503 at once; admitted requests run to completion (or "
+    "--request-timeout-s). Default: 10x the artifact's P99 SLO (at least 1 s), else 10 s. /metrics: "
     "infertune_expected_wait_seconds, infertune_rejected_total{reason}", "--max-wait-s")]
 ServedModelName = Annotated[str | None, typer.Option(
     help="model id clients send (default: the model's name)")]

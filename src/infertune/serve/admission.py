@@ -10,7 +10,7 @@ Retry-After) instead of queueing behind work it cannot outwait.
 At low load that average measures latency, not speed (one 20-token request in 30 ms reads 700 tokens/s from an
 engine that runs 5,000 in full batches), and a burst arriving then would be refused for a wait it would not have.
 So the rate divided by is the larger of the average and the best average seen lately (`capacity`, which fades
-with a minute's busy time: a host that got slower is believed within a minute or two), and an estimate is used
+with 20 s of busy time: a host that got slower is believed within half a minute of work), and an estimate is used
 only after TAU_S seconds of busy time in all (the first answers after a start are slow: a cold start's one
 answer would refuse the first burst the same way).
 
@@ -30,8 +30,10 @@ import math
 # The rate's time constant, in seconds of busy time: long enough to average over many batches (a CPU batch of
 # MiniLM runs 10-300 ms on the 2-core box), short enough that a stall shows within a few seconds.
 TAU_S = 2.0
-# How long the best rate seen is remembered, in seconds of busy time.
-CAPACITY_TAU_S = 60.0
+# How long the best rate seen is remembered, in seconds of busy time. Idle time does not fade it; busy time at a
+# lower rate does: with a minute, a validate stall drill on a shared 2-core box (load average 8) admitted work
+# expected to take 10 s that took about 20 (the host had got slower since the rate was seen).
+CAPACITY_TAU_S = 20.0
 # An engine is stalled when it finished nothing for twice its usual time between answers, and at least this long:
 # a batch may take hundreds of ms on a CPU (16 texts of 70 tokens: 0.3 s for MiniLM on the 2-core box).
 STALL_MIN_S = 1.0

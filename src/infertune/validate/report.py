@@ -155,9 +155,10 @@ def sustainable_line(result: ValidateResult) -> str | None:
     st = c["steps"][-1]
     failed = [f"{x['load']:.4g} (P99 {fmt(x['p99_ms'])} ms)" for x in c["steps"][:-1]]
     frac = result.config.get("soak_fraction")
+    margin = f" ({pk.get('slo')} with margin {pk['soak_margin']:g})" if pk.get("slo_with_margin") else ""
     return (f"Sustainable {pk['sustainable_rps']:.4g} req/s: a {c['duration_s']:g} s point met "
-            f"{pk.get('slo')} there (P50 {fmt(st['p50_ms'])} ms, P99 {fmt(st['p99_ms'])} ms); the soak ran "
-            "at it"
+            f"{pk.get('slo_with_margin') or pk.get('slo')}{margin} there (P50 {fmt(st['p50_ms'])} ms, P99 "
+            f"{fmt(st['p99_ms'])} ms); the soak ran at it"
             + (f" (failed first: {', '.join(failed)} req/s)" if failed else
                f" (the confirm started at {c['start']:.4g} req/s, {frac} x the peak)"))
 

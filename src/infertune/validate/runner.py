@@ -82,6 +82,7 @@ def confirm_soak(target: Target, api: str, req, peak: float, cfg: ValidateConfig
     ev = confirm_evidence(c, spreads, {"margin": cfg.soak_margin, "slo_with_margin": slo.text})
     assert c.load is not None and ev is not None
     result.peak["sustainable_rps"] = round(c.load, 3)
+    result.peak["soak_margin"], result.peak["slo_with_margin"] = cfg.soak_margin, ev["slo_with_margin"]
     result.peak["confirm"] = c.model_dump(mode="json")
     short = f"{cfg.search_duration_s:g} s points" if result.peak.get("source") == "slo-search" else "--peak"
     log(f"peak: {peak:.4g} req/s ({short}); sustainable {c.load:.4g} req/s: a {c.duration_s:g} s point met "

@@ -118,6 +118,6 @@ def test_a_burst_after_quiet_traffic_is_judged_by_the_speed_seen_before():
         t += 1.0
         r.sent(10, t)
         r.finished(10, t + 0.05)
-    assert r.rate < 210 and r.capacity > 800  # 10 s of busy time: the best rate faded by e^(-10/60)
-    r.sent(3000, t + 1.0)  # a burst: < 4 s of work at the speed seen, 15 s at the lone requests' figure
-    assert judge([r], 5.0, t + 1.0).admit
+    assert r.rate < 210 and r.capacity == pytest.approx(1000 * math.exp(-10 / 20), rel=0.02)  # 10 s busy: faded
+    r.sent(3000, t + 1.0)  # a burst: 5 s of work at the speed seen, 15 s at the lone requests' figure
+    assert judge([r], 6.0, t + 1.0).admit
