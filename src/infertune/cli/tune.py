@@ -113,7 +113,7 @@ VllmArgs = Annotated[str | None, typer.Option(
     help="causal LMs (vllm): arguments every vLLM server gets, the reference too, e.g. '--enforce-eager' (no "
          "compile at start) or '--gpu-memory-utilization 0.8'")]
 LmBatches = Annotated[str, typer.Option(
-    help="causal LMs: decode batch sizes for TPOT, comma-separated")]
+    help="causal LMs: decode batch sizes for TPOT, comma-separated (--quick: batch 1 only, unless given)")]
 LmTimeBudget = Annotated[float, Duration(
     "causal LMs: the default --time-budget (a third with --quick for the torch decode loops on CPU)")]
 TimeBudget = Annotated[float | None, Duration(

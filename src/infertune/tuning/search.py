@@ -372,4 +372,5 @@ def probe_reference(run: Run, o: Option) -> None:
         raise InfertuneError(f"the reference {c.id} failed: {run.results[c.id].reason}")
     if pr.speed > run.best_probe[0]:
         run.best_probe = (pr.speed, c.id)
+    run.budget.tail_est_s = run.task.tail_estimate_s(pr.speed)  # the reference is the slowest engine a winner can be
     run.console.print(f"  probe {c.id}: {pr.speed:.1f} {run.task.unit} (the reference)", highlight=False)

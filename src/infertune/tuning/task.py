@@ -158,6 +158,11 @@ class Task:
     def compare_with_plan(self, result: TuneResult) -> None:
         """After the decision: record plan's prediction for this host beside the winner's measurement."""
 
+    def tail_estimate_s(self, speed: float) -> float:
+        """Seconds the artifact step is expected to take on this host, given the reference's probed speed (in the
+        task's unit); 0: the budget's own tail share is enough."""
+        return 0.0
+
     def save_artifact(self, run, result: TuneResult, out: Path) -> None:
         pass
 

@@ -35,8 +35,10 @@ def test_quick_measures_batch_one_decode_at_one_prompt_length():
     spec = SimpleNamespace(max_length=2048)
     quick, _ = workload_plan(TuneConfig(model="smollm2", quick=True), spec, Tok())
     full, _ = workload_plan(TuneConfig(model="smollm2"), spec, Tok())
+    asked, _ = workload_plan(TuneConfig(model="smollm2", quick=True, lm_batches=(1, 4)), spec, Tok())
     assert quick["batches"] == [1] and len(quick["ttft"]) == 1
     assert full["batches"] == [1, 8, 32] and len(full["ttft"]) == 3
+    assert asked["batches"] == [1, 4] and len(asked["ttft"]) == 1  # batch sizes given: --quick measures them
     assert CausalLMTask.quick_confirm is False
 
 

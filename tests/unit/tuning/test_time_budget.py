@@ -220,3 +220,16 @@ def test_a_compile_is_capped_by_what_is_left_of_the_budget_not_by_the_probe_shar
             assert r.status == "failed" and "capped at 179 s" in r.reason, r.reason
             assert run.budget.elapsed() == pytest.approx(300.0 - run.budget.tail_s())
             assert cost["prepare"] == pytest.approx(179.0) and not cost.get("probe")
+
+
+def test_a_measured_tail_estimate_ends_every_stage_before_it(clock):
+    b = Budget(150.0, start=clock.t)
+    assert b.tail_s() == pytest.approx(150.0 * (1 - max(budget.SHARES.values())))  # the share: 10.5 s
+    assert b.stage_left("confirm") == pytest.approx(0.93 * 150.0)
+    b.tail_est_s = 30.0  # the artifact's speed passes over long texts on a slow host
+    assert b.tail_s() == 30.0
+    assert b.stage_left("confirm") == pytest.approx(120.0) and b.stage_left("probe") == pytest.approx(0.55 * 150.0)
+    b.tail_est_s = 500.0  # a slow reference keeps at most MAX_TAIL_SHARE from the stages
+    assert b.tail_s() == pytest.approx(budget.MAX_TAIL_SHARE * 150.0)
+    clock.t += 120.0
+    assert b.stage_left("full") == pytest.approx(150.0 * (1 - budget.MAX_TAIL_SHARE) - 120.0)

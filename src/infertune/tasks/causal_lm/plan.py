@@ -56,8 +56,9 @@ def workload_plan(cfg: TuneConfig, spec, tok, loaded: tuple | None = None) -> tu
     ctx_src = next((x for x in rendered if len(x) >= 64), max(rendered, key=len))
     steps = 8 if quick else 16
     # --quick answers "does a loop beat eager at batch 1, and why": batch-1 TPOT only (batch 8 on 2 cores cost
-    # more than the diagnosis)
-    batches = [1] if quick else (list(cfg.lm_batches) or [1])
+    # more than the diagnosis), unless the batch sizes were given (--lm-batches other than the default)
+    asked = tuple(cfg.lm_batches) != type(cfg).model_fields["lm_batches"].default
+    batches = [1] if quick and not asked else (list(cfg.lm_batches) or [1])
     plan = {"seqs": seqs, "greedy": greedy, "n_new": n_new, "ttft": ttft, "ctx": ctx_src[:64], "steps": steps,
             "batches": batches, "reps": 1,
             "max_len": max(max(len(g) for g in greedy) + n_new, len(ctx_src[:64]) + steps + 1) + 8}

@@ -337,6 +337,9 @@ class EmbeddingTask(Task):
 
         record(result, self.spec.path, self.cfg.device, self.cfg.threads, self.console)
 
+    def tail_estimate_s(self, speed: float) -> float:
+        return held.tail_s(self, speed)
+
     def save_artifact(self, run, result: TuneResult, out: Path) -> None:
         from infertune.tasks.embedding.artifact import write_manifest
         from infertune.tuning.worker import WorkerFailed
@@ -353,7 +356,7 @@ class EmbeddingTask(Task):
             return
         write_manifest(art, self.spec, c, result, saved)
         try:  # what `infertune verify` needs: held texts, reference vectors, the winner's speed on them
-            held.record(self, w, c, art)
+            held.record(self, w, c, art, result.winner.items_per_s, run.budget.left())
         except WorkerFailed as e:
             self.console.print(f"[yellow]no verify data (or no speed figure) in the artifact: {str(e)[:300]}[/]")
         result.artifact = str(art)
