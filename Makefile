@@ -39,7 +39,7 @@ $(SMOLLM2_HF)/config.json: | $(STAMP)
 	$(BIN)/python scripts/smollm2_to_hf.py $(SMOLLM2_HF)
 vllm-env: $(VLLM_VENV)/.installed $(SMOLLM2_HF)/config.json
 
-# llm-compressor (quantized checkpoints for vLLM, llm/checkpoint_make.py) lives in its own venv: llmcompressor
+# llm-compressor (quantized checkpoints for vLLM, quantize/llm_checkpoint_make.py) lives in its own venv: llmcompressor
 # 0.14.0.1 pins torch>=2.10,<=2.14, transformers>=5.15,<=5.17 and compressed-tensors==0.19.0, and .venv has
 # transformers 5.19. torch==2.13.0 is the CPU wheel .venv-vllm uses (pip's cache or /opt/wheels); what the
 # install resolved is pinned in constraints-llmc.txt. Not in `make test`: it is optional, like a GPU.

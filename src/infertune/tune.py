@@ -1,6 +1,6 @@
 """`infertune.tune(config)`: tune a model on a workload. The public verb picks the family's task (`make_task`:
 embedding, causal LM served by vLLM, or our torch decode loops) and hands it to the loop (`infertune.tuning`), so
-the loop never imports its plugins (`infertune.tasks`, `infertune.llm`). `infertune.tune(...)` itself is this
+the loop never imports its plugins (`infertune.tasks` and the engines they run). `infertune.tune(...)` itself is this
 module's `tune`: see `infertune/_api.py`."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def lm_engine(cfg: TuneConfig, console) -> str:
     """vllm or torch for a causal LM: `auto` takes vllm where a vLLM install is found (and says so either way)."""
     if cfg.lm_engine != "auto":
         return cfg.lm_engine
-    from infertune.llm.vllm_server import find_vllm
+    from infertune.engines.causal_lm.vllm_server import find_vllm
 
     try:
         find_vllm(cfg.device)
@@ -86,7 +86,7 @@ def print_summary(result: TuneResult) -> None:
         print_served_summary(result)
         return print_search(result)
     if result.kind == "causal-lm":
-        from infertune.llm.report import print_lm_summary
+        from infertune.tasks.causal_lm.report import print_lm_summary
 
         print_lm_summary(result)
         return print_search(result)

@@ -67,7 +67,7 @@ def _small_png(raw: bytes, path: Path) -> None:
 def _render(kind: str, tmp_path: Path) -> Path:
     out = tmp_path / f"{kind}.html"
     if kind == "tune-lm":
-        from infertune.llm.report import write_lm_report
+        from infertune.tasks.causal_lm.report import write_lm_report
 
         write_lm_report(inputs.tune(inputs.TUNE_LM), out)
     elif kind.startswith("tune"):

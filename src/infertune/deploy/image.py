@@ -89,7 +89,7 @@ def pinned_vllm_tag(vllm: str, driver_cuda: str | None) -> tuple[str, str | None
     driver runs (the table's rows for it, newest CUDA first), else its default tag, assumed to need the CUDA of the
     newest release in the table."""
     from infertune.doctor.compat import min_driver, vllm_images, vtuple
-    from infertune.llm.versions import base_version, image_for
+    from infertune.engines.causal_lm.versions import base_version, image_for
 
     rows = vllm_images(vllm)
     if not rows:

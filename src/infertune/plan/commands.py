@@ -1,6 +1,6 @@
 """Exact commands for the planned deployment: `vllm serve`, `docker run` and llama.cpp's `llama-server`
 (TensorRT's: plan/tensorrt.py; the llm-compressor step that makes a quantized checkpoint:
-llm/checkpoint_step.py), and the table of them a plan prints."""
+quantize/llm_checkpoint_step.py), and the table of them a plan prints."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def vllm_image(model_dir: str) -> str:
     import json
 
     from infertune.doctor.compat import vllm_images
-    from infertune.llm.versions import image_for
+    from infertune.engines.causal_lm.versions import image_for
 
     for d in (Path(model_dir), Path(model_dir).parent):
         try:

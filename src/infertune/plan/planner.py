@@ -20,12 +20,12 @@ from pydantic import BaseModel, Field
 
 from infertune.errors import InfertuneError
 from infertune.hardware.gpu_specs import find_gpu
-from infertune.llm.checkpoint_step import CheckpointStep
 from infertune.plan.arch import DTYPE_BYTES, Arch, arch_from_config, load_config
 from infertune.plan.embed import EmbedPlan, plan_embedding
 from infertune.plan.notes import moe_notes, vllm_notes
 from infertune.plan.quantized import QUANTIZED, QuantPlan, calibration_count
 from infertune.plan.roofline import rooflines
+from infertune.quantize.llm_checkpoint_step import CheckpointStep
 
 GIB = 2**30
 DTYPES = ("bf16", "fp8", "int8", "int4")

@@ -1,5 +1,5 @@
 """plan's quantized checkpoints: every scheme's rule read for the planned GPU
-(llm/checkpoint_rules.py), the llm-compressor step that makes each candidate (llm/checkpoint_step.py)
+(quantize/llm_checkpoint_rules.py), the llm-compressor step that makes each candidate (quantize/llm_checkpoint_step.py)
 and the `vllm serve` of its output. A quantized dtype is served from the directory its step writes, or
 from a directory that is a quantized checkpoint already; never as a flag on unquantized weights (plan
 used to print `--quantization awq_marlin` for a bf16 directory, which vLLM cannot load)."""
@@ -11,8 +11,8 @@ from typing import Any
 
 from infertune.errors import InfertuneError
 from infertune.hardware.capabilities import GPU, Capabilities
-from infertune.llm.checkpoint_rules import BY_WEIGHTS, kv_cache_fp8, options
-from infertune.llm.checkpoint_step import EVAL_FRACTION, CheckpointStep, llm_compressor_step
+from infertune.quantize.llm_checkpoint_rules import BY_WEIGHTS, kv_cache_fp8, options
+from infertune.quantize.llm_checkpoint_step import EVAL_FRACTION, CheckpointStep, llm_compressor_step
 
 QUANTIZED = ("fp8", "int8", "int4")
 AWQ_GPTQ = ("awq", "gptq", "awq_marlin", "gptq_marlin", "marlin")

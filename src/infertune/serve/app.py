@@ -1,6 +1,6 @@
 """`serve()`, the library entry point: it resolves the model and chooses the topology, nothing more.
 
-- a causal-LM artifact: vLLM (llm/vllm_server.py), never a home-made generation server;
+- a causal-LM artifact: vLLM (engines/causal_lm/vllm_server.py), never a home-made generation server;
 - one frontend and one device: everything in this process, the batch core in a thread (inproc.py);
 - several frontends, several GPUs, or --worker-process: a launcher with frontend processes and an engine
   process per device, supervised and restarted (launcher.py).
@@ -22,15 +22,15 @@ def _serve_llm(cfg: ServeConfig, manifest: dict[str, Any], path: Any) -> ServeRe
     import importlib
 
     try:
-        mod = importlib.import_module("infertune.llm.vllm_server")
+        mod = importlib.import_module("infertune.engines.causal_lm.vllm_server")
     except ModuleNotFoundError as e:
-        if not (e.name or "").startswith("infertune.llm"):
+        if not (e.name or "").startswith("infertune.engines.causal_lm"):
             raise
         mod = None
     fn = getattr(mod, "serve_llm", None)
     if fn is None:
-        raise InfertuneError(f"{cfg.model} is a causal-LM artifact; serving it needs infertune.llm.vllm_server"
-                             ":serve_llm, which this installation does not have")
+        raise InfertuneError(f"{cfg.model} is a causal-LM artifact; serving it needs "
+                             "infertune.engines.causal_lm.vllm_server:serve_llm, which this installation does not have")
     t0 = time.monotonic()
     code = fn(path, host=cfg.host, port=cfg.port, strict_host=cfg.strict_host)
     if code not in (0, None):

@@ -1,5 +1,5 @@
 """kill-worker for an LLM server: `infertune serve` of a causal-LM artifact runs vLLM (an API server and its
-engine core, one process group) and restarts it when it exits unasked (llm.supervise). Under load, the
+engine core, one process group) and restarts it when it exits unasked (engines/causal_lm/supervise.py). Under load, the
 drill SIGKILLs that process group, then measures how long until /health answers again from a new vLLM and
 the first request sent after the kill succeeds, counts the requests that failed meanwhile (vLLM keeps no
 request across a restart: those are expected, and counted) and judges that none hung and none failed once
@@ -69,7 +69,7 @@ def budget(cfg: ValidateConfig) -> tuple[float, str]:
 
 
 def restarts_logged(target: Target) -> int | None:
-    """How many restarts `infertune serve` logged (llm.supervise's lines), None without a log."""
+    """How many restarts `infertune serve` logged (the lines of engines/causal_lm/supervise.py), None without a log."""
     if not target.log_path or not target.log_path.exists():
         return None
     return target.log_path.read_text(errors="replace").count("vLLM exited unexpectedly")

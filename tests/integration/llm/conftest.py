@@ -44,7 +44,7 @@ def smollm2_artifact(tmp_path_factory):
     # probed it at 2.4 tokens/s = 0.12x the reference, and successive halving dropped it). Dropping itself
     # is tested in tests/unit/test_tune_isolation.py. The budget is wide for the same reason: the tests check TPOT
     # at both batch sizes, and a pass's budget share on a loaded box once left room for batch 1 only (that cut is
-    # tested in tests/unit/llm/test_lm_warm_batches.py).
+    # tested in tests/unit/tasks/causal_lm/test_lm_warm_batches.py).
     return tune_smollm2(tmp_path_factory.mktemp("llm") / "run", lm_engine="torch",
                         candidates=["static/fp32$", "vllm"], lm_batches=(1, 4), rounds=1, confirm_rounds=1,
                         drop_below=0, time_budget_s=3600)

@@ -36,7 +36,7 @@ def tiny(tmp_path_factory):
     wl = d.parent / "chats.jsonl"
     wl.write_text("".join(json.dumps({"prompt": " ".join(WORDS[(i * 7 + j) % 60] for j in range(4 + (i * 13) % 90))})
                           + "\n" for i in range(40)))
-    from infertune.llm.calibration import write_calibration
+    from infertune.quantize.llm_calibration import write_calibration
 
     split = write_calibration(d.parent / "cal", tok, wl)
     return d, split
@@ -45,8 +45,8 @@ def tiny(tmp_path_factory):
 @pytest.mark.skipif(not (VENV / "bin" / "python").exists(), reason="no .venv-llmc; `make llmc-env` makes it")
 @pytest.mark.parametrize("scheme_id, bits, group", [("int8-w8a8", 8, None), ("w4a16", 4, 32)])
 def test_real_llmcompressor_makes_a_compressed_tensors_checkpoint(tiny, tmp_path, scheme_id, bits, group):
-    from infertune.llm.checkpoint_make import RECORD_SUFFIX, make_checkpoint, with_group_size
-    from infertune.llm.checkpoint_rules import SCHEMES
+    from infertune.quantize.llm_checkpoint_make import RECORD_SUFFIX, make_checkpoint, with_group_size
+    from infertune.quantize.llm_checkpoint_rules import SCHEMES
 
     model, split = tiny
     scheme = next(s for s in SCHEMES if s.id == scheme_id)

@@ -50,14 +50,14 @@ def test_tune_records_every_served_candidate_and_picks_the_fastest(served_tune):
 def test_serve_reproduces_the_recorded_greedy_continuations(served_tune, free_port, tmp_path):
     import httpx
 
-    from infertune.llm.vllm_server import check_greedy
+    from infertune.engines.causal_lm.vllm_server import check_greedy
 
     result, out = served_tune
     art = out / "artifact"
     m = json.loads((art / "manifest.json").read_text())
     assert m["engine"] == "vllm" and m["vllm"]["args"][0] == "--enforce-eager"
     assert len(m["greedy"]["samples"]) >= 16
-    code = ("import sys; from infertune.llm.vllm_server import serve_llm; "
+    code = ("import sys; from infertune.engines.causal_lm.vllm_server import serve_llm; "
             f"sys.exit(serve_llm({str(art)!r}, port={free_port}, python={str(VENV)!r}, "
             f"log={str(tmp_path / 'v.log')!r}))")
     proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)

@@ -20,11 +20,11 @@ VENV = Path(os.environ.get("INFERTUNE_VLLM_PYTHON", Path(__file__).resolve().par
 def test_serve_chat_greedy_and_sigterm(smollm2_artifact, free_port, tmp_path):
     import httpx
 
-    from infertune.llm.vllm_server import check_greedy
+    from infertune.engines.causal_lm.vllm_server import check_greedy
 
     result, out = smollm2_artifact
     log = tmp_path / "vllm.log"
-    code = ("import sys; from infertune.llm.vllm_server import serve_llm; "
+    code = ("import sys; from infertune.engines.causal_lm.vllm_server import serve_llm; "
             f"sys.exit(serve_llm({str(out / 'artifact')!r}, port={free_port}, python={str(VENV)!r}, log={str(log)!r}))")
     proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{free_port}"

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 
 from infertune.config import TuneConfig
+from infertune.engines.causal_lm.reference import choose
 from infertune.hardware.capabilities import CPU, GPU, Capabilities
-from infertune.llm.reference import choose
 from infertune.plan.arch import arch_from_config, load_config
 from infertune.tasks.causal_lm.fit import check, screen
 from infertune.tasks.causal_lm.served_candidates import ServedCandidate, checkpoint_options
@@ -82,8 +82,8 @@ def test_the_cpu_reference_gives_the_rows_the_served_score_reads(tmp_path):
     torch = pytest.importorskip("torch")
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from infertune.llm.reference import compute
-    from infertune.llm.served import score
+    from infertune.engines.causal_lm.reference import compute
+    from infertune.tasks.causal_lm.served_measure import score
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,

@@ -40,7 +40,7 @@ def test_a_candidate_is_named_by_its_checkpoint_and_arguments():
     (AVX2, {"int8-w8a8"}),
 ])
 def test_checkpoints_tried_follow_the_hosts_kernels(caps, expected):
-    from infertune.llm.checkpoint_rules import SCHEMES, evaluate
+    from infertune.quantize.llm_checkpoint_rules import SCHEMES, evaluate
 
     opts = checkpoint_options(caps)
     assert opts[0].role == "reference" and opts[0].candidate.id == "vllm/bf16"
@@ -140,7 +140,7 @@ def test_the_report_says_when_a_quantized_checkpoint_loses_with_both_figures(tmp
 
 
 def test_the_artifact_commands_carry_the_measured_arguments_and_environment(tmp_path):
-    from infertune.llm.vllm_server import command
+    from infertune.engines.causal_lm.vllm_server import command
     from infertune.tasks.causal_lm.served_artifact import commands
 
     cmds = commands(tmp_path / "model", "bfloat16", 2048, ["--max-num-seqs", "4"], {"VLLM_CPU_KVCACHE_SPACE": "1"})
@@ -152,7 +152,7 @@ def test_the_artifact_commands_carry_the_measured_arguments_and_environment(tmp_
         "format": "infertune-artifact/1", "kind": "causal-lm", "model": "m", "device": "cuda",
         "vllm": {"model_dir": "model", "dtype": "bfloat16", "max_model_len": 2048,
                  "args": ["--max-num-seqs", "4"], "env": {"X": "1"}}}))
-    import infertune.llm.vllm_server as vs
+    import infertune.engines.causal_lm.vllm_server as vs
 
     real = vs.find_vllm
     vs.find_vllm = lambda device, python=None: ["vllm", "serve"]
@@ -164,7 +164,7 @@ def test_the_artifact_commands_carry_the_measured_arguments_and_environment(tmp_
 
 
 def test_a_served_candidate_that_fails_is_the_loops_worker_failure():
-    from infertune.llm.served_worker import ServedWorker
+    from infertune.tasks.causal_lm.served_worker import ServedWorker
     from infertune.tuning.worker import WorkerFailed
 
     w = ServedWorker({"checkpoint": "/nonexistent", "args": [], "device": "cpu", "dtype": "bfloat16",
@@ -181,8 +181,9 @@ def test_a_made_checkpoint_is_recorded_in_what_ran(monkeypatch):
     where, whether reused, how long making it took. The checkpoint maker and vLLM are stand-ins here."""
     from types import SimpleNamespace
 
-    from infertune.llm import checkpoint_cache, vllm_server
-    from infertune.llm.served_worker import ServedWorker
+    from infertune.engines.causal_lm import vllm_server
+    from infertune.quantize import llm_checkpoint_cache as checkpoint_cache
+    from infertune.tasks.causal_lm.served_worker import ServedWorker
 
     rec = SimpleNamespace(wall_s=12.5, size_bytes=1000, n_calibration=64, recipe="r", versions={},
                           quantization_config={})

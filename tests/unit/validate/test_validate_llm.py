@@ -1,6 +1,6 @@
 """validate on an LLM server: streamed completions (TTFT/TPOT), the long tail's over-limit prompt, vLLM's
 limits read from /v1/models, and the kill drill's budget and verdict (fakes; the real vLLM is in
-tests/integration/llm/test_validate_llm.py)."""
+tests/integration/llm/test_validate_vllm.py)."""
 
 import json
 import math

@@ -77,8 +77,8 @@ def _arg(args: tuple[str, ...] | list[str], name: str) -> str | None:
 def check(arch, cand, caps, *, concurrency: int, context: int, extra_args: tuple[str, ...] = (),
           util: float = DEFAULT_UTIL, free_gib: float | None = None) -> Fit | None:
     """The Fit of a ServedCandidate on `caps`' first GPU (None where there is nothing to check: a CPU)."""
-    from infertune.llm.checkpoint_rules import SCHEMES
     from infertune.plan.planner import PlanConfig, budget
+    from infertune.quantize.llm_checkpoint_rules import SCHEMES
 
     got = free_bytes(caps, util, free_gib)
     if got is None:
@@ -148,11 +148,11 @@ def screen_task(task, options: list, caps, free_gib: float | None | str = "measu
 
 def offline_reference(task) -> None:
     """Before the first verification, when the reference could not be served: the 16-bit logits computed on the
-    CPU (llm/reference.py) if this host can within the budget, else the first checkpoint verified stands as the
-    reference (ServedLMTask.verify names it). Sets task.ref_rows / ref_score /
-    ref_greedy when computed, and `lm.accuracy_reference` either way."""
-    from infertune.llm.reference import choose, compute
-    from infertune.llm.served import score
+    CPU (engines/causal_lm/reference.py) if this host can within the budget, else the first checkpoint verified
+    stands as the reference (ServedLMTask.verify names it). Sets task.ref_rows / ref_score / ref_greedy when
+    computed, and `lm.accuracy_reference` either way."""
+    from infertune.engines.causal_lm.reference import choose, compute
+    from infertune.tasks.causal_lm.served_measure import score
 
     lm = task.result.lm if getattr(task, "result", None) is not None else {}
     sets, n_new = task.sets, task.n_new

@@ -66,8 +66,8 @@ class LMVerifyResult(BaseModel):
 
 def verify_lm(config: Any, root: Path, m: dict[str, Any]) -> LMVerifyResult:
     """Start vLLM on the artifact, run the three checks, stop it; verify.json is written to config.out."""
+    from infertune.engines.causal_lm.vllm_server import check_greedy, start_vllm
     from infertune.hardware.fingerprint import fingerprint
-    from infertune.llm.vllm_server import check_greedy, start_vllm
     from infertune.tasks.causal_lm.served import free_port
 
     t0 = time.perf_counter()
@@ -118,7 +118,7 @@ def batch_check(url: str, m: dict[str, Any], sequential: dict[str, Any], concurr
                 bound: float) -> LMBatchCheck:
     """The recorded prompts sent `concurrency` at a time (sharing the server's batches), each answer compared with
     the one the same server gave the same prompt alone (`sequential`, check_greedy's samples)."""
-    from infertune.llm.verify import prefix_match
+    from infertune.engines.causal_lm.vllm_server import prefix_match
 
     samples = m["greedy"]["samples"]
     alone = sequential["served_tokens"]
@@ -138,7 +138,7 @@ def batch_check(url: str, m: dict[str, Any], sequential: dict[str, Any], concurr
 def _complete(url: str, s: dict[str, Any]) -> list[int]:
     import httpx
 
-    from infertune.llm.vllm_server import fresh_salt
+    from infertune.engines.causal_lm.vllm_server import fresh_salt
 
     model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
     body = {"model": model, "prompt": s.get("prompt_ids") or s["prompt"], "max_tokens": len(s["tokens"]),
@@ -149,7 +149,7 @@ def _complete(url: str, s: dict[str, Any]) -> list[int]:
 def measure_speed(url: str, root: Path, m: dict[str, Any], config: Any) -> LMSpeedCheck | None:
     """A closed-loop point at tune's concurrency on the load tune measured (`load.jsonl` in the artifact, else
     --workload); judged against tune's figure when tune measured one the same way."""
-    from infertune.llm.served import load
+    from infertune.tasks.causal_lm.served_measure import load
 
     tune = m.get("tune") or {}
     load_file = config.workload or (root / "load.jsonl")

@@ -1,9 +1,9 @@
 """The causal-LM family searched as vLLM serves it: each candidate is a checkpoint x engine arguments, started as
-a vLLM server (llm/served_worker), scored through the API against the unquantized checkpoint served with vLLM's
-defaults, and loaded by `infertune bench` at the workload's prompts and output lengths. The pick is the highest
-sustained request rate meeting the TTFT and TPOT P99 SLOs (--slo-ttft-ms, --slo-tpot-ms) within the accuracy
-budget; without an SLO, the most requests/s at the workload's concurrency. The winner is what `infertune serve`
-starts: the same checkpoint and the same arguments.
+a vLLM server (served_worker.py), scored through the API (served_measure.py) against the unquantized checkpoint
+served with vLLM's defaults, and loaded by `infertune bench` at the workload's prompts and output lengths. The pick
+is the highest sustained request rate meeting the TTFT and TPOT P99 SLOs (--slo-ttft-ms, --slo-tpot-ms) within the
+accuracy budget; without an SLO, the most requests/s at the workload's concurrency. The winner is what `infertune
+serve` starts: the same checkpoint and the same arguments.
 
 Stages, all in tuning/'s loop: the reference starts and is verified; every checkpoint is probed (one closed-loop
 bench point) and verified; the settings search starts variants of the best checkpoint (extra_options); the
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from infertune.llm.vllm_server import engine_report, unapplied
+from infertune.engines.causal_lm.vllm_server import engine_report, unapplied
 from infertune.results import CandidateResult, Latency, TuneResult
 from infertune.tasks.causal_lm.task import RANDOM_WEIGHTS_MAX_KL, CausalLMTask
 from infertune.tuning.task import Option, Probe
@@ -59,12 +59,12 @@ class ServedLMTask(CausalLMTask):
 
     # --- setup ---------------------------------------------------------------------------------
     def load(self, out: Path) -> TuneResult:
+        from infertune.engines.causal_lm.models import lm_spec, load_tokenizer
+        from infertune.engines.causal_lm.vllm_server import find_vllm
         from infertune.hardware.fingerprint import fingerprint
-        from infertune.llm.calibration import render_workload, write_calibration
-        from infertune.llm.models import lm_spec, load_tokenizer
-        from infertune.llm.served import eval_sets
-        from infertune.llm.vllm_server import find_vllm
+        from infertune.quantize.llm_calibration import render_workload, write_calibration
         from infertune.results import WorkloadSummary
+        from infertune.tasks.causal_lm.served_measure import eval_sets
         from infertune.workloads.buckets import histogram
 
         cfg, console = self.cfg, self.console
@@ -133,7 +133,7 @@ class ServedLMTask(CausalLMTask):
         return screen_task(self, checkpoint_options(caps, self.cfg.quick), caps)  # fit before any server starts
 
     def available(self, cand) -> str | None:
-        from infertune.llm.checkpoint_rules import SCHEMES, evaluate
+        from infertune.quantize.llm_checkpoint_rules import SCHEMES, evaluate
 
         if cand.checkpoint == "bf16":
             return None
@@ -141,7 +141,7 @@ class ServedLMTask(CausalLMTask):
         if rule.status != "candidate":
             return rule.reason
         from infertune.errors import InfertuneError
-        from infertune.llm.checkpoint_make import find_llmc
+        from infertune.quantize.llm_checkpoint_make import find_llmc
 
         try:
             find_llmc()
@@ -151,8 +151,8 @@ class ServedLMTask(CausalLMTask):
         return None
 
     def _cached(self, cand) -> bool:
-        from infertune.llm.checkpoint_cache import checkpoint_key, recipe_for
-        from infertune.llm.checkpoint_rules import SCHEMES
+        from infertune.quantize.llm_checkpoint_cache import checkpoint_key, recipe_for
+        from infertune.quantize.llm_checkpoint_rules import SCHEMES
 
         scheme = next(s for s in SCHEMES if s.id == cand.checkpoint)
         key = checkpoint_key(self.spec.path, scheme, recipe_for(scheme, self.spec.path),
@@ -160,7 +160,7 @@ class ServedLMTask(CausalLMTask):
         return any(p.is_dir() for p in self.cache_dir().glob(f"*-{key}"))
 
     def cache_dir(self) -> Path:
-        from infertune.llm.models import cache_root
+        from infertune.engines.causal_lm.models import cache_root
 
         return cache_root() / "checkpoints"
 
@@ -180,7 +180,7 @@ class ServedLMTask(CausalLMTask):
                 "model_dir": self.spec.path, "calibration": self.calibration.file, "cache_dir": str(self.cache_dir())}
 
     def worker(self, cand, timeout_s: float):
-        from infertune.llm.served_worker import ServedWorker
+        from infertune.tasks.causal_lm.served_worker import ServedWorker
 
         return ServedWorker(self.job(cand), max(timeout_s, 900.0))
 
@@ -209,8 +209,8 @@ class ServedLMTask(CausalLMTask):
                              "output_tokens_per_s": got.get("output_tokens_per_s")})
 
     def verify(self, worker, cand):
-        from infertune.llm.served import score
-        from infertune.llm.verify import accuracy, judge_batch, within_budget
+        from infertune.tasks.causal_lm.served_measure import score
+        from infertune.tasks.causal_lm.verify import accuracy, judge_batch, within_budget
 
         if getattr(self, "reference_off_gpu", None) is not None:  # bf16 did not fit: its logits off the GPU
             from infertune.tasks.causal_lm.fit import offline_reference
@@ -247,7 +247,7 @@ class ServedLMTask(CausalLMTask):
         return acc, ok, why
 
     def _unapplied(self, cand) -> str:
-        """Why a quantized checkpoint's server is rejected for what vLLM reports running (llm/vllm_server.py)."""
+        """Why a quantized checkpoint's server is rejected for what vLLM reports running (its log)."""
         return unapplied(cand.checkpoint, self.reported.setdefault(cand.id, engine_report(self._log(cand))))
 
     def _log(self, cand) -> Path:

@@ -23,7 +23,7 @@ def _link_or_copy(src: str, dst: str) -> None:
 
 
 def commands(model_dir: Path, dtype: str, max_len: int, args: list[str], env: dict[str, str]) -> dict[str, str]:
-    from infertune.llm.artifact import vllm_args
+    from infertune.engines.causal_lm.vllm_server import vllm_args
 
     base = vllm_args(model_dir, dtype, max_len)
     tail = shlex.join(base[2:] + args)
@@ -48,7 +48,7 @@ def save_served_artifact(run, result, out: Path, task) -> None:
     env = {k: v for k, v in (ex.get("env") or {}).items()}
     greedy = [{"prompt": task.tok.decode(p), "prompt_ids": list(p), "prompt_tokens": len(p), "tokens": toks,
                "text": task.tok.decode(toks)} for p, toks in zip(task.sets.prompts, task.greedy[c.id], strict=True)]
-    from infertune.llm.versions import engine_versions, python_of
+    from infertune.engines.causal_lm.versions import engine_versions, python_of
 
     versions = engine_versions(python_of(task.vllm))  # the interpreter every candidate's server ran in
     result.lm["engine_versions"] = versions

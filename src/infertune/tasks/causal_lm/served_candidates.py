@@ -1,6 +1,6 @@
 """What a served causal-LM candidate is, and which ones to try here: a checkpoint (the unquantized model, or a
 quantized one made by llm-compressor from the workload's calibration split) and the vLLM engine arguments it
-is started with. The checkpoints come from llm/checkpoint_rules (which scheme has a kernel on this GPU or CPU);
+is started with. The checkpoints come from quantize/llm_checkpoint_rules (which scheme has a kernel on this GPU or CPU);
 the engine settings are searched on the best checkpoint once the probes have run."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ PRIOR = {"w4a16": 1.6, "int8-w8a8": 1.3, "fp8-dynamic": 1.5}  # decode reads the
 def checkpoint_options(caps, quick: bool = False) -> list[Option]:
     """The reference (vLLM's defaults on the unquantized checkpoint) and one option per quantization scheme: a
     scheme dropped on this host is still listed, and the task's availability check says why it is skipped."""
-    from infertune.llm.checkpoint_rules import options as rules
+    from infertune.quantize.llm_checkpoint_rules import options as rules
 
     out = [Option(ServedCandidate(), "vLLM's defaults on the unquantized checkpoint: the accuracy reference and the "
                                      "baseline every goodput is compared with", 1.0, role="reference")]
@@ -73,7 +73,7 @@ def settings_options(best: ServedCandidate, caps, concurrency: int, quick: bool,
       prompts share prefixes.
     - `--kv-cache-dtype fp8` on GPUs whose attention backend takes it: half the KV bytes per decode step.
     """
-    from infertune.llm.checkpoint_rules import kv_cache_fp8
+    from infertune.quantize.llm_checkpoint_rules import kv_cache_fp8
 
     chunk = max(256, 1 << max(prompt_p90 - 1, 1).bit_length())
     out = [Option(best.with_args("--max-num-batched-tokens", str(chunk)),

@@ -42,10 +42,10 @@ class CausalLMTask(Task):
 
     # --- setup ---------------------------------------------------------------------------------
     def load(self, out: Path) -> TuneResult:
+        from infertune.engines.causal_lm.models import lm_spec, load_tokenizer
         from infertune.hardware.bandwidth import memory_bandwidth
         from infertune.hardware.fingerprint import fingerprint
-        from infertune.llm.candidates import reference
-        from infertune.llm.models import lm_spec, load_tokenizer
+        from infertune.tasks.causal_lm.candidates import reference
         from infertune.tasks.causal_lm.plan import workload_plan
 
         cfg, console = self.cfg, self.console
@@ -89,20 +89,20 @@ class CausalLMTask(Task):
         return options(caps, self.cfg.quick)
 
     def available(self, cand) -> str | None:
-        from infertune.llm.candidates import available
+        from infertune.tasks.causal_lm.candidates import available
 
         return available(cand, self.cfg.device)
 
     def baseline_id(self) -> str:
-        from infertune.llm.candidates import reference
+        from infertune.tasks.causal_lm.candidates import reference
 
         return reference(self.cfg.device).id
 
     # --- per engine ----------------------------------------------------------------------------
     def job(self, cand) -> dict[str, Any]:
-        return {"serve": "infertune.llm.worker:serve", "spec": self.spec.to_dict(), "candidate": cand.model_dump(),
-                "device": self.cfg.device, "threads": self.cfg.threads, "max_len": self.plan["max_len"],
-                "seed": self.cfg.seed}
+        return {"serve": "infertune.tasks.causal_lm.worker:serve", "spec": self.spec.to_dict(),
+                "candidate": cand.model_dump(), "device": self.cfg.device, "threads": self.cfg.threads,
+                "max_len": self.plan["max_len"], "seed": self.cfg.seed}
 
     def _measure(self, worker, cand, ttft: dict, steps: int, batches: list[int], timeout: float) -> dict:
         t = time.monotonic()
@@ -129,7 +129,7 @@ class CausalLMTask(Task):
             next(iter(got["ttft"].values()))[0], 2)}, warm_s=warm)
 
     def verify(self, worker, cand) -> tuple[Accuracy, bool, str]:
-        from infertune.llm.verify import accuracy, within_budget
+        from infertune.tasks.causal_lm.verify import accuracy, within_budget
 
         timeout = max(120.0, self.cfg.candidate_timeout_s)
         t = time.perf_counter()
@@ -180,7 +180,7 @@ class CausalLMTask(Task):
         return 2 * once + self.warm_s.get(cand.id, 0.0) * (len(self.plan["batches"]) - 1)
 
     def summarize(self, run, cand, samples: list[dict[str, Any]]) -> dict[str, Any]:
-        from infertune.llm.measure import roofline_ms, summarize_lm
+        from infertune.tasks.causal_lm.measure import roofline_ms, summarize_lm
 
         r = run.results[cand.id]
         wb = r.weight_bytes or r.executed.get("decode_weight_bytes")
@@ -237,13 +237,13 @@ class CausalLMTask(Task):
 
     # --- outputs -------------------------------------------------------------------------------
     def save_artifact(self, run, result: TuneResult, out: Path) -> None:
-        from infertune.llm.artifact import save_artifact
+        from infertune.tasks.causal_lm.artifact import save_artifact
 
         save_artifact(run.workers, run.cands, self.greedy, self.plan["greedy"], result, out, self.tok,
                       self.console, self.spec)
 
     def write_report(self, result: TuneResult, path: Path) -> None:
-        from infertune.llm.report import write_lm_report
+        from infertune.tasks.causal_lm.report import write_lm_report
 
         write_lm_report(result, path)
 

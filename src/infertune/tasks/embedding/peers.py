@@ -53,7 +53,7 @@ def vllm_pooling_command(model_dir: str | Path, port: int, host: str = "127.0.0.
                          served_name: str | None = None, dtype: str = "float32",
                          python: str | None = None) -> tuple[list[str], dict[str, str]]:
     """(argv, extra environment) that serve `model_dir` with vLLM's pooling runner (OpenAI /v1/embeddings)."""
-    from infertune.llm.vllm_server import find_vllm
+    from infertune.engines.causal_lm.vllm_server import find_vllm
 
     prefix = find_vllm(device, python)
     args = ["--model", str(model_dir), "--runner", "pooling", "--convert", "embed", "--dtype", dtype,
@@ -170,7 +170,7 @@ def run_peers(peers: list[str], artifact: str | Path, model_dir: str | Path, tex
     import shlex
     import time
 
-    from infertune.llm.vllm_server import VLLMServer
+    from infertune.engines.causal_lm.vllm_server import VLLMServer
     from infertune.validate.target import Target, free_port
 
     say = (lambda s: console.print(s, highlight=False, markup=False)) if console else (lambda s: None)

@@ -53,7 +53,7 @@ def test_an_answer_that_moves_when_batched_fails_the_batch_check(monkeypatch):
 ])
 def test_speed_is_a_ratio_only_against_a_figure_measured_the_same_way(monkeypatch, tmp_path, tuned, workload,
                                                                       want_ratio):
-    import infertune.llm.served as served
+    import infertune.tasks.causal_lm.served_measure as served
 
     (tmp_path / "load.jsonl").write_text('{"prompt": "x", "max_tokens": 4}\n')
     monkeypatch.setattr(served, "load", lambda url, path, **kw: {"requests_per_s": 1.5, "n": 30})

@@ -84,7 +84,7 @@ def test_pareto_labels_do_not_overlap_even_when_points_crowd():
 
 
 def test_causal_lm_report_has_the_card_and_the_winner_row(tmp_path):
-    from infertune.llm.report import write_lm_report
+    from infertune.tasks.causal_lm.report import write_lm_report
 
     page = write_lm_report(inputs.tune(inputs.TUNE_LM), tmp_path / "report.html").read_text()
     card = _card(page)

@@ -3,8 +3,8 @@ exit codes as before on SIGTERM/SIGINT (fake servers: no vLLM here)."""
 
 import signal
 
+from infertune.engines.causal_lm.supervise import clean_code, supervise
 from infertune.errors import InfertuneError
-from infertune.llm.supervise import clean_code, supervise
 
 
 class FakeProc:
@@ -89,7 +89,7 @@ def test_sigterm_and_sigint_keep_their_exit_codes():
 def test_a_vllm_dying_during_the_greedy_check_does_not_end_serve(monkeypatch, capsys):
     import httpx
 
-    import infertune.llm.vllm_server as vs
+    import infertune.engines.causal_lm.vllm_server as vs
 
     def dies(url, artifact):
         raise httpx.RemoteProtocolError("Server disconnected without sending a response.")

@@ -1,6 +1,6 @@
 """The process that holds one causal-LM candidate: load, quantize, build its engine, then answer the
 parent's commands (score, greedy, measure, save) until told to stop. Started by infertune.tuning.worker.Worker
-with job["serve"] = "infertune.llm.worker:serve"."""
+with job["serve"] = "infertune.tasks.causal_lm.worker:serve"."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ def apply_quant(model, quant: str | None, device: str):
     if not quant:
         return model
     if quant == "int8-wo":
-        from infertune.llm.quant import int8_weight_only
+        from infertune.quantize.int8_weight_only import int8_weight_only
 
         return int8_weight_only(model)
     if quant == "torch.ao-dynamic":
@@ -63,9 +63,9 @@ def decode_bytes(model) -> int:
 def build(job: dict[str, Any]):
     import torch
 
-    from infertune.llm.candidates import LMCandidate
-    from infertune.llm.engine import GenerateEngine, StaticEngine
-    from infertune.llm.models import LMSpec, load_model
+    from infertune.engines.causal_lm.engine import GenerateEngine, StaticEngine
+    from infertune.engines.causal_lm.models import LMSpec, load_model
+    from infertune.tasks.causal_lm.candidates import LMCandidate
 
     spec = LMSpec(**job["spec"])
     cand = LMCandidate.model_validate(job["candidate"])
@@ -107,7 +107,7 @@ def _measure(engine, args: dict[str, Any]) -> dict[str, Any]:
 def save(model, spec, cand, path: Path) -> dict[str, Any]:
     """An HF directory vLLM loads: config + safetensors in the candidate's float dtype + tokenizer.
     Quantized candidates are saved as their float weights (the recipe is recorded in the manifest)."""
-    from infertune.llm.models import load_model, load_tokenizer
+    from infertune.engines.causal_lm.models import load_model, load_tokenizer
 
     path.mkdir(parents=True, exist_ok=True)
     plain = load_model(spec, cand.precision, "cpu") if cand.quant else model.to("cpu")

@@ -1,4 +1,5 @@
-"""The served candidate's scores from API logprobs (llm/served.py): the logic, with hand-made logprob rows."""
+"""The served candidate's scores from API logprobs (tasks/causal_lm/served_measure.py): the logic, with hand-made
+logprob rows."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import math
 import pytest
 
 from infertune.errors import InfertuneError
-from infertune.llm import served
-from infertune.llm.verify import accuracy
+from infertune.tasks.causal_lm import served_measure as served
+from infertune.tasks.causal_lm.verify import accuracy
 
 
 def _logsoftmax(xs: list[float]) -> list[float]:
@@ -67,7 +68,7 @@ def test_scores_feed_verify_accuracy_and_an_empty_set_is_refused():
 
 
 def test_the_server_command_for_both_launchers():
-    from infertune.llm.vllm_server import server_argv
+    from infertune.engines.causal_lm.vllm_server import server_argv
 
     s = served.Served("/m/ckpt", ("--max-num-seqs", "4"))
     mod = server_argv(["py", "-m", "vllm.entrypoints.openai.api_server"], s.checkpoint, s.args, dtype="bfloat16",
@@ -90,7 +91,7 @@ class _Tok:
 
 
 def test_eval_sets_hold_the_eval_split_only_spread_over_lengths(tmp_path):
-    from infertune.llm.calibration import split_indices
+    from infertune.quantize.llm_calibration import split_indices
 
     lines = [{"prompt": " ".join(["w"] * (5 + 7 * i)), "max_tokens": 100} for i in range(40)]
     wl = tmp_path / "w.jsonl"
@@ -107,7 +108,7 @@ def test_eval_sets_hold_the_eval_split_only_spread_over_lengths(tmp_path):
 
 
 def test_a_checkpoint_without_config_is_refused_before_any_start(tmp_path):
-    from infertune.llm.vllm_server import launch
+    from infertune.engines.causal_lm.vllm_server import launch
 
     with pytest.raises(InfertuneError, match="no config.json"):
         launch(str(tmp_path))

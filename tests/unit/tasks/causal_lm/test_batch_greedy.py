@@ -3,8 +3,8 @@ agreement and the prompts that moved are recorded; a candidate is rejected under
 
 from __future__ import annotations
 
-from infertune.llm.verify import judge_batch
 from infertune.results import Accuracy
+from infertune.tasks.causal_lm.verify import judge_batch
 
 PROMPTS = [[1] * 5, [2] * 9, [3] * 30]
 ALONE = [[7, 8, 9, 10], [7, 8, 9, 10], [7, 8, 9, 10]]

@@ -14,9 +14,9 @@ import json
 from pathlib import Path
 
 from infertune.errors import InfertuneError
-from infertune.llm.checkpoint_make import RECORD_SUFFIX, CheckpointRecord, make_checkpoint, with_group_size
-from infertune.llm.checkpoint_rules import W4A16, Modifier, Scheme
-from infertune.llm.checkpoint_step import LLMC_PIN, MAX_SEQ
+from infertune.quantize.llm_checkpoint_make import RECORD_SUFFIX, CheckpointRecord, make_checkpoint, with_group_size
+from infertune.quantize.llm_checkpoint_rules import W4A16, Modifier, Scheme
+from infertune.quantize.llm_checkpoint_step import LLMC_PIN, MAX_SEQ
 
 GROUP_SIZES = (128, 64, 32)  # int4 group widths vLLM's kernels take, the preset's first
 

@@ -6,7 +6,7 @@ on long prompts too. Each request is rendered with the model's chat template, be
 engine sees (the template's special tokens are part of the activations the scales must cover).
 
 The file is `<dir>/train.json`, JSON lines `{"text": ...}`: oneshot(dataset="json", dataset_path=<dir>,
-splits="train", text_column="text") loads it as the "train" split (llm/checkpoint_step.py names that command).
+splits="train", text_column="text") loads it as the "train" split (quantize/llm_checkpoint_step.py names that command).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from infertune.llm.checkpoint_step import EVAL_FRACTION
+from infertune.quantize.llm_checkpoint_step import EVAL_FRACTION
 
 FILE = "train.json"  # oneshot's `splits="train"` picks the data file whose name holds the split name
 

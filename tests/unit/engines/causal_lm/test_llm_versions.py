@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from infertune.engines.causal_lm.versions import engine_versions, image_for, python_of, version_line
 from infertune.errors import InfertuneError
-from infertune.llm.versions import engine_versions, image_for, python_of, version_line
 
-CONFIGS = Path(__file__).parents[1] / "configs"
-VENV_VLLM = Path(os.environ.get("INFERTUNE_VLLM_PYTHON", Path(__file__).parents[3] / ".venv-vllm" / "bin" / "python"))
+CONFIGS = Path(__file__).parents[2] / "configs"
+VENV_VLLM = Path(os.environ.get("INFERTUNE_VLLM_PYTHON", Path(__file__).parents[4] / ".venv-vllm" / "bin" / "python"))
 
 
 def llm_artifact(tmp_path: Path, vllm: str) -> Path:

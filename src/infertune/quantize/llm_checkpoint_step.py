@@ -1,5 +1,5 @@
 """The step that makes a quantized checkpoint for vLLM: llm-compressor's `oneshot` with a scheme's recipe
-(llm/checkpoint_rules.py), calibrated on the workload's length-stratified calibration split, written as
+(quantize/llm_checkpoint_rules.py), calibrated on the workload's length-stratified calibration split, written as
 a compressed-tensors directory. vLLM reads `quantization_config` from that directory's config.json, so it
 is served with no `--quantization` flag (passing one that differs, e.g. awq_marlin or fp8, is refused:
 "Quantization method specified in the model config (compressed-tensors) does not match ...").
@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from infertune.llm.checkpoint_rules import Scheme, lit
+from infertune.quantize.llm_checkpoint_rules import Scheme, lit
 
 LLMC_PIN = "llmcompressor==0.14.0.1"
 LLMC_VENV = ".venv-llmc"  # `make llmc-env` builds it (CPU torch 2.13.0; pins in constraints-llmc.txt)
@@ -64,8 +64,8 @@ def calibration_of(scheme: Scheme, out: str, workload: str | None, n_calibration
         "requests": n_calibration,
         "file": f"{out}.calibration/train.json",
         "format": 'JSON lines, {"text": the request rendered with the model\'s chat template}',
-        "written_by": "infertune.llm.calibration.write_calibration (make_checkpoint writes it); oneshot reads it "
-                      "as the 'train' split of a json dataset",
+        "written_by": "infertune.quantize.llm_calibration.write_calibration (make_checkpoint writes it); oneshot "
+                      "reads it as the 'train' split of a json dataset",
     }
 
 

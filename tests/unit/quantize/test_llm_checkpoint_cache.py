@@ -6,8 +6,8 @@ import json
 import pytest
 
 from infertune.errors import InfertuneError
-from infertune.llm.checkpoint_cache import cached_checkpoint, checkpoint_key, group_size_for, recipe_for
-from infertune.llm.checkpoint_rules import INT8, W4A16
+from infertune.quantize.llm_checkpoint_cache import cached_checkpoint, checkpoint_key, group_size_for, recipe_for
+from infertune.quantize.llm_checkpoint_rules import INT8, W4A16
 
 
 def _model(d, hidden=576, inter=1536):
@@ -41,7 +41,7 @@ def test_the_key_follows_weights_recipe_and_calibration_text(tmp_path):
 
 
 def test_a_made_checkpoint_is_found_again_without_llm_compressor(tmp_path, monkeypatch):
-    import infertune.llm.checkpoint_cache as cc
+    import infertune.quantize.llm_checkpoint_cache as cc
 
     m = _model(tmp_path / "m")
     cal = tmp_path / "train.json"

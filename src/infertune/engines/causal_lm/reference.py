@@ -1,8 +1,8 @@
 """The accuracy reference when the unquantized model cannot be served on the GPU: the 16-bit weights' logits on
 the evaluation split, computed by transformers on the CPU (the weights upcast to fp32 where the host RAM holds them,
 which is lossless, else kept in their 16-bit type, else offloaded layer by layer from disk through accelerate's
-device map), in the rows `llm/served.position_logprobs` and `llm/served.greedy` return, so `served.score` and
-`verify.accuracy` judge the quantized candidates against it unchanged.
+device map), in the rows `position_logprobs` and `greedy` of tasks/causal_lm/served_measure.py return, so
+`served_measure.score` and `verify.accuracy` judge the quantized candidates against it unchanged.
 
 `choose` decides whether this host can compute it within the time left: the FLOPs of the evaluation tokens
 (plan/arch.flops_per_token) over the CPU's estimated matmul peak (hardware/cpu_peak.py) at an efficiency we state,

@@ -1,6 +1,6 @@
 """The GGUF conversion cache is keyed by content, not by where the file lies."""
 
-from infertune.llm.models import _file_digest
+from infertune.engines.causal_lm.models import _file_digest
 
 
 def test_same_bytes_at_two_paths_share_a_key(tmp_path):

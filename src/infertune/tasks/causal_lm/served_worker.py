@@ -1,11 +1,12 @@
-"""The run side of a served causal-LM candidate: one vLLM server, held by tune's search loop like a worker process.
+"""The in-loop handle of a served causal-LM candidate: one vLLM server, held by tune's search loop like a worker
+process.
 
 The loop talks to an engine through `ready()`, `call(cmd, timeout, **args)`, `stop()` and `kill()`. For a served
-candidate the engine is a vLLM server (its own process group, started by llm/vllm_server), so this handle lives
-in tune's process and answers each call over HTTP: a bench point, teacher-forced logprobs, greedy continuations,
-the SLO search. Preparing it makes the quantized checkpoint first (cached by content, llm/checkpoint_cache), so
-the checkpoint's cost is charged to the candidate that needs it. Any failure is the loop's WorkerFailed: the
-candidate is recorded as failed with the reason and the run goes on.
+candidate the engine is a vLLM server (its own process group, started by engines/causal_lm/vllm_server.py), so this
+handle lives in tune's process and answers each call over HTTP (served_measure.py): a bench point, teacher-forced
+logprobs, greedy continuations, the SLO search. Preparing it makes the quantized checkpoint first (cached by
+content, quantize/llm_checkpoint_cache.py), so the checkpoint's cost is charged to the candidate that needs it.
+Any failure is the loop's WorkerFailed: the candidate is recorded as failed with the reason and the run goes on.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class ServedWorker:
         self.srv = None
 
     def ready(self) -> dict[str, Any]:
-        from infertune.llm.vllm_server import launch
+        from infertune.engines.causal_lm.vllm_server import launch
 
         j, t0 = self.job, time.monotonic()
         record: dict[str, Any] = {}
@@ -47,8 +48,8 @@ class ServedWorker:
         return {"prepare_s": time.monotonic() - t0, "executed": executed, "record": {}}
 
     def _checkpoint(self) -> tuple[str, dict[str, Any]]:
-        from infertune.llm.checkpoint_cache import cached_checkpoint
-        from infertune.llm.checkpoint_rules import SCHEMES
+        from infertune.quantize.llm_checkpoint_cache import cached_checkpoint
+        from infertune.quantize.llm_checkpoint_rules import SCHEMES
 
         j = self.job
         scheme = next(s for s in SCHEMES if s.id == j["scheme"])
@@ -59,7 +60,7 @@ class ServedWorker:
                            "quantization_config": rec.quantization_config}
 
     def call(self, cmd: str, timeout: float | None = None, **args: Any) -> Any:
-        from infertune.llm import served
+        from infertune.tasks.causal_lm import served_measure as measure
 
         if self.srv is None or self.srv.proc.poll() is not None:
             code = None if self.srv is None else self.srv.proc.returncode
@@ -68,12 +69,12 @@ class ServedWorker:
         url = self.srv.url
         try:
             if cmd == "logprobs":
-                return served.position_logprobs(url, "candidate", args["seqs"], timeout_s=timeout or 300)
+                return measure.position_logprobs(url, "candidate", args["seqs"], timeout_s=timeout or 300)
             if cmd == "greedy":
-                return served.greedy(url, "candidate", args["prompts"], args["n_new"], timeout_s=timeout or 300,
+                return measure.greedy(url, "candidate", args["prompts"], args["n_new"], timeout_s=timeout or 300,
                                      concurrency=args.get("concurrency", 1))
             if cmd == "load":
-                return served.load(url, Path(args["workload"]), model="candidate", **args.get("options", {}))
+                return measure.load(url, Path(args["workload"]), model="candidate", **args.get("options", {}))
         except (InfertuneError, OSError, RuntimeError) as e:
             raise WorkerFailed(f"{cmd}: {e}"[-900:]) from e
         except Exception as e:  # noqa: BLE001 - httpx's errors, a malformed answer: the candidate fails, not the run

@@ -7,8 +7,8 @@ import types
 
 import pytest
 
-from infertune.llm.checkpoint_rules import FP8, INT8, W4A16
-from infertune.llm.checkpoint_step import llm_compressor_step, output_dir
+from infertune.quantize.llm_checkpoint_rules import FP8, INT8, W4A16
+from infertune.quantize.llm_checkpoint_step import llm_compressor_step, output_dir
 
 
 @pytest.fixture

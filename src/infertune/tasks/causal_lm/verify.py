@@ -15,16 +15,8 @@ import math
 from collections.abc import Sequence
 
 from infertune.config import LMAccuracyBudget
+from infertune.engines.causal_lm.vllm_server import prefix_match
 from infertune.results import Accuracy
-
-
-def prefix_match(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def greedy_agreement(ref: Sequence[Sequence[int]], cand: Sequence[Sequence[int]]) -> tuple[float, float]:

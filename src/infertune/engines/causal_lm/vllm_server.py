@@ -8,7 +8,7 @@ the `python` argument, $INFERTUNE_VLLM_PYTHON, ./.venv-vllm/bin/python, <repo>/.
 serve_llm() blocks: it starts the server in its own process group, waits until GET /health answers
 200, forwards SIGTERM/SIGINT to the server, waits for it to exit (SIGKILL after a grace period) and
 returns its exit code; a server that exits unasked is restarted a bounded number of times
-(llm.supervise). start_vllm() is the non-blocking form (a context manager) used by tests and
+(engines/causal_lm/supervise.py). start_vllm() is the non-blocking form (a context manager) used by tests and
 `bench`. check_greedy() asks the running server for the manifest's greedy continuations.
 """
 
@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -96,12 +97,20 @@ def command(artifact: str | Path, host: str, port: int, python: str | None = Non
     return argv, server_env(device, v.get("env")), m
 
 
+def vllm_args(model_dir: str | Path, dtype: str, max_model_len: int, port: int = 8000,
+              host: str = "127.0.0.1", served_name: str | None = None) -> list[str]:
+    """Arguments of the OpenAI-compatible server (same for `vllm serve` and the api_server module)."""
+    args = ["--model", str(model_dir), "--dtype", dtype, "--max-model-len", str(max_model_len),
+            "--host", host, "--port", str(port)]
+    if served_name:
+        args += ["--served-model-name", served_name]
+    return args
+
+
 def server_argv(prefix: list[str], checkpoint: str, args: tuple[str, ...], *, dtype: str, max_model_len: int,
                 host: str, port: int, served_name: str | None) -> list[str]:
     """The whole command line: `prefix` is find_vllm's answer (a module run, or `vllm serve`, which takes the model
     positionally), then the model, dtype, context, address and name, then the candidate's own `args`."""
-    from infertune.llm.artifact import vllm_args
-
     base = vllm_args(checkpoint, dtype, max_model_len, port, host, served_name=served_name)
     if prefix[-1] == "serve":
         base = [checkpoint] + base[2:]
@@ -222,10 +231,11 @@ def serve_llm(artifact_path: str | Path, host: str = "127.0.0.1", port: int = 80
 
     Prints the launch command and the URL on stderr. Once /health answers, `check` asks the server for the
     greedy continuations tune recorded and says how many match token for token; then `on_ready(url)` is called.
-    A vLLM other than the one tune measured with is one line (llm/versions.py), refused with `strict_host`.
-    A vLLM that exits unasked is started again, at most `max_restarts` times (llm.supervise; default 3)."""
-    from infertune.llm.supervise import MAX_RESTARTS, supervise
-    from infertune.llm.versions import engine_versions, python_of, version_line
+    A vLLM other than the one tune measured with is one line (engines/causal_lm/versions.py), refused with
+    `strict_host`. A vLLM that exits unasked is started again, at most `max_restarts` times (supervise.py;
+    default 3)."""
+    from infertune.engines.causal_lm.supervise import MAX_RESTARTS, supervise
+    from infertune.engines.causal_lm.versions import engine_versions, python_of, version_line
 
     argv, env, m = command(artifact_path, host, port, python, extra_args)
     tuned = m.get("versions") or {}
@@ -291,6 +301,16 @@ def fresh_salt() -> str:
     return f"infertune-{uuid.uuid4().hex}"
 
 
+def prefix_match(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens `a` and `b` share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def check_greedy(url: str, artifact: str | Path, timeout_s: float = 300) -> dict[str, Any]:
     """Ask the server for the manifest's greedy continuations (temperature 0, EOS ignored) and compare
     token by token with what the tuned artifact produced. Returns per-sample prefix agreement."""
@@ -298,7 +318,6 @@ def check_greedy(url: str, artifact: str | Path, timeout_s: float = 300) -> dict
     from transformers import AutoTokenizer
 
     from infertune.artifact import read_manifest
-    from infertune.llm.verify import prefix_match
 
     root = Path(artifact)
     m = read_manifest(root)
