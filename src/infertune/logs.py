@@ -11,6 +11,7 @@ children import `infertune` first) routes its libraries' logs as it imports infe
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
@@ -28,6 +29,31 @@ _ROUTED: tuple[Path | None, logging.Handler] | None = None
 def library_log() -> Path:
     got = os.environ.get(ENV)
     return Path(got) if got else Path.home() / ".cache" / "infertune" / "libraries.log"
+
+
+@contextlib.contextmanager
+def native_stderr_to_log():
+    """Within the block, what native code writes to file descriptor 2 goes to the library log (kineto prints
+    "USDT: ... profiler_start" lines there from C++, past Python's logging), where the libraries' logs are routed
+    (INFERTUNE_QUIET_LIBRARIES); elsewhere, or when the file cannot be opened, nothing changes."""
+    if not os.environ.get(ENV_ON) or _ROUTED is None or _ROUTED[0] is None:
+        yield
+        return
+    try:
+        fd = os.open(_ROUTED[0], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(fd, 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
 
 
 def route_library_logs(path: Path | None = None) -> Path | None:

@@ -61,7 +61,9 @@ def torch_mix(forward: Any, batch: dict[str, np.ndarray], model: Any) -> dict[st
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
     forward(batch)  # unprofiled first: a compiled engine compiles a new shape here (its tracing is not a GEMM run)
-    with profile(activities=acts, record_shapes=True) as prof:
+    from infertune.logs import native_stderr_to_log
+
+    with native_stderr_to_log(), profile(activities=acts, record_shapes=True) as prof:
         forward(batch)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
