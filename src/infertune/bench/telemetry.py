@@ -78,7 +78,6 @@ class Telemetry:
         import httpx
 
         client = httpx.Client(timeout=max(1.0, self.interval * 2)) if self.prom else None
-        nxt = time.monotonic()
         while not self._stop.is_set():
             t = time.monotonic()
             if self.prom and client:
@@ -94,8 +93,9 @@ class Telemetry:
                 gpu = self._gpu_sample()
                 self.nvml.add(t, gpu, dict.fromkeys(gpu, "gauge"))  # readings, not counters
             # a stall (the server or this box busy) skips the missed slots instead of firing them back to back:
-            # samples stay at least an interval apart, so a rate read between two of them means something
-            nxt = max(nxt + self.interval, time.monotonic())
+            # samples stay at least an interval apart, so a rate read between two of them means something. From the
+            # sample's own time, not the slot's: a late wake-up then an on-time one put samples 0.898 s apart
+            nxt = max(t + self.interval, time.monotonic())
             self._stop.wait(max(0.0, nxt - time.monotonic()))
         if client:
             client.close()

@@ -11,8 +11,8 @@ from typing import Any
 
 HELD_FILE = "held.npz"
 HELD_TEXTS = 64  # texts kept: enough for a per-bucket cosine check and a speed pass
-SPEED_PASSES = 10  # timed passes over the held texts (after one warm-up pass), where the time left allows
-MIN_SPEED_PASSES = 3  # the fewest: verify's ratio is judged with n and spread
+SPEED_PASSES = 10  # timed passes over the held texts (after one warm-up pass)
+MIN_SPEED_TEXTS = 16  # the fewest held texts the speed passes run (the first ones: every length bucket in turn)
 SAVE_S = 5.0  # writing the artifact's weights and files, before the speed passes (MiniLM on 2 cores: ~5 s)
 
 
@@ -23,20 +23,24 @@ def pass_s(held_lengths: Sequence[int], lengths: Sequence[int], items_per_s: flo
     return sum(held_lengths) / (max(items_per_s, 1e-3) * mean)
 
 
-def speed_passes(one_pass_s: float | None, allow_s: float | None) -> int:
-    """Timed passes over the held texts that fit `allow_s` with their warm-up: SPEED_PASSES where they fit, never
-    fewer than MIN_SPEED_PASSES. Long held texts on a small CPU run a few items/s (MiniLM, 2 cores, texts up to 512
-    tokens: 11 passes took 96 s)."""
+def speed_texts(one_pass_s: float | None, allow_s: float | None) -> int:
+    """How many of the held texts the speed passes run (the first ones, every length bucket in turn): all of them
+    where SPEED_PASSES and a warm-up over them fit `allow_s`, fewer where not, never fewer than MIN_SPEED_TEXTS.
+    verify measures the same texts with the same n (a best pass of n is biased by n). Long held texts on a small CPU
+    run a few items/s (MiniLM, 2 cores, texts up to 512 tokens: 11 passes over 64 took 96 s)."""
     if not one_pass_s or allow_s is None:
-        return SPEED_PASSES
-    return max(MIN_SPEED_PASSES, min(SPEED_PASSES, int(allow_s / one_pass_s) - 1))
+        return HELD_TEXTS
+    fit = int(HELD_TEXTS * allow_s / ((SPEED_PASSES + 1) * one_pass_s))
+    return max(MIN_SPEED_TEXTS, min(HELD_TEXTS, fit))
 
 
 def tail_s(task: Any, items_per_s: float) -> float:
-    """The artifact step's expected seconds at `items_per_s`: the save, then the fewest speed passes and a warm-up."""
+    """The artifact step's expected seconds at `items_per_s`: the save, then the speed passes and their warm-up over
+    the fewest texts."""
     lengths = task.lengths if task.acc_idx is None else [task.lengths[i] for i in task.acc_idx]
     held_lengths = [lengths[i] for i in pick_held(lengths, HELD_TEXTS, task.cfg.seed)]
-    return SAVE_S + (MIN_SPEED_PASSES + 1) * pass_s(held_lengths, lengths, items_per_s)
+    one = pass_s(held_lengths, lengths, items_per_s) * MIN_SPEED_TEXTS / HELD_TEXTS
+    return SAVE_S + (SPEED_PASSES + 1) * one
 
 
 def pick_held(lengths: Sequence[int], n: int = HELD_TEXTS, seed: int = 0) -> list[int]:
@@ -78,8 +82,8 @@ def measure_speed(emb: Any, texts: Sequence[str], batching: Any, passes: int = S
 def record(task: Any, worker: Any, cand: Any, art: Path, items_per_s: float | None = None,
            allow_s: float | None = None) -> None:
     """At artifact time: write held.npz (texts, token lengths, bucket labels, reference vectors) and the
-    manifest's `verify` section (the accuracy budget, the dims judged, the winner's speed on the held texts, in as
-    many passes as fit `allow_s` at its tuned `items_per_s`: speed_passes)."""
+    manifest's `verify` section (the accuracy budget, the dims judged, the winner's speed on as many of the held texts
+    as SPEED_PASSES over them fit `allow_s` at its tuned `items_per_s`: speed_texts; `speed.items` says how many)."""
     import numpy as np
 
     from infertune.workloads.buckets import bucket_label, bucket_of
@@ -106,13 +110,14 @@ def record(task: Any, worker: Any, cand: Any, art: Path, items_per_s: float | No
         "speed": None,  # below, once measured: the accuracy half works without it
         "how": "held texts: up to 64 of the verified eval texts, taken in turn from each length bucket; reference: "
                "the fp32 reference engine's pooled vectors on them; speed: the winner in its tune worker, "
-               "measured by infertune.tasks.embedding.held.measure_speed on the held texts (what verify runs)",
+               "measured by infertune.tasks.embedding.held.measure_speed on the first speed.items held texts (what "
+               "verify runs)",
     }
     (art / "manifest.json").write_text(json.dumps(m, indent=2))
     # the timeout is for a box shared with others
-    m["verify"]["speed"] = worker.call("speed", timeout=600, batching=cand.batching.model_dump(), texts=held_texts,
-                                       passes=speed_passes(items_per_s and pass_s(held_len, lengths, items_per_s),
-                                                           allow_s))
+    k = speed_texts(items_per_s and pass_s(held_len, lengths, items_per_s), allow_s)
+    m["verify"]["speed"] = worker.call("speed", timeout=600, batching=cand.batching.model_dump(), texts=held_texts[:k],
+                                       passes=SPEED_PASSES)
     (art / "manifest.json").write_text(json.dumps(m, indent=2))
 
 

@@ -91,7 +91,8 @@ def verify(config: VerifyConfig) -> VerifyResult | Any:
     failures = [] if acc.ok else [f"accuracy: {acc.why}"]
     speed = None
     if not config.accuracy_only:
-        texts, source = held["texts"], "held"
+        # the held texts tune's speed passes ran (the first `items`: fewer where its budget was short)
+        texts, source = held["texts"][:((m.get("verify") or {}).get("speed") or {}).get("items") or None], "held"
         if config.workload is not None:
             from infertune.workloads.texts import load_workload
 
