@@ -74,12 +74,7 @@ def verify_cmd(
         con.print(f"speed {'[green]ok[/]' if s.ok else '[red]FAILED[/]'}: {speed_line(s)}", highlight=False)
         if s.note:
             con.print(f"[dim]note: {s.note}[/]", highlight=False)
-    con.print(f"environment: {'same as the artifact' if not r.environment_diff else 'differs from the artifact'}",
-              highlight=False)
-    for line in r.environment_diff:
-        con.print(f"  {line}", highlight=False)
-    con.print(f"{'[green]verified[/]' if r.ok else '[red]NOT verified[/]: ' + '; '.join(r.failures)} "
-              f"in {r.wall_s:.1f} s; wrote {r.path}", highlight=False)
+    _print_verdict(con, r)
     if as_json:
         typer.echo(json.dumps(r.model_dump(mode="json"), indent=2))
     if not r.ok:
@@ -96,6 +91,12 @@ def _print_lm(con, r) -> None:
     con.print(f"batch {'[green]ok[/]' if r.batch.ok else '[red]FAILED[/]'}: {batch_line(r.batch)}", highlight=False)
     if (s := r.speed) is not None:
         con.print(f"speed {'[green]ok[/]' if s.ok else '[red]FAILED[/]'}: {s.note}", highlight=False)
+    _print_verdict(con, r)
+
+
+def _print_verdict(con, r) -> None:
+    """The lines every verification ends with, embedding or causal LM: the environment against the artifact's
+    fingerprint, then the verdict."""
     con.print(f"environment: {'same as the artifact' if not r.environment_diff else 'differs from the artifact'}",
               highlight=False)
     for line in r.environment_diff:
