@@ -42,7 +42,8 @@ vllm-env: $(VLLM_VENV)/.installed $(SMOLLM2_HF)/config.json
 # llm-compressor (quantized checkpoints for vLLM, quantize/llm_checkpoint_make.py) lives in its own venv: llmcompressor
 # 0.14.0.1 pins torch>=2.10,<=2.14, transformers>=5.15,<=5.17 and compressed-tensors==0.19.0, and .venv has
 # transformers 5.19. torch==2.13.0 is the CPU wheel .venv-vllm uses (pip's cache or /opt/wheels); what the
-# install resolved is pinned in constraints-llmc.txt. Not in `make test`: it is optional, like a GPU.
+# install resolved is pinned in constraints-llmc.txt. `make test` builds it beside the others: the real llm-compressor
+# test makes W8A8 and W4A16 checkpoints of a tiny model with it.
 LLMC_VENV := .venv-llmc
 $(LLMC_VENV)/.installed: constraints-llmc.txt
 	@echo "setting up $(LLMC_VENV) for llm-compressor (log: $(LLMC_VENV)-install.log)"
@@ -81,7 +82,7 @@ browser:
 # (--no-loadscope-reorder keeps it). TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -lt 2 ] && n=2; [ $$n -gt 4 ] && n=4; echo $$n)
 test:
-	$(MAKE) --no-print-directory -j3 venv vllm-env browser
+	$(MAKE) --no-print-directory -j4 venv vllm-env llmc-env browser
 	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # The speed claims (batching >= 2x the naive server, the --slo search repeating within 15%, the bench client's

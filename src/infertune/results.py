@@ -216,6 +216,21 @@ class PlanVsMeasured(BaseModel):
     note: str = ""  # what was predicted from, what was measured, what the model leaves out
 
 
+class ArtifactVerdict(BaseModel):
+    """What `infertune verify` says of an artifact whatever its family (verify.json): the family's checks are the
+    subclass's fields (tasks/embedding/reverify.py, tasks/causal_lm/reverify.py)."""
+
+    artifact: str
+    model: str
+    candidate_id: str
+    device: str
+    ok: bool
+    failures: list[str]
+    environment_diff: list[str]  # this host against the artifact's fingerprint, one line a difference
+    path: str | None = None  # verify.json
+    wall_s: float
+
+
 class EnvFingerprint(BaseModel):
     hostname: str = ""
     os: str = ""

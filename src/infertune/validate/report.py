@@ -260,7 +260,8 @@ def write_html(result: ValidateResult, path: Path) -> None:
 {summary}
 <p class="note">Target {e(str(result.target.get('url')))} ({e(str(result.target.get('model')))},
 {'started by validate' if result.target.get('started_by_validate') else 'already running'}). Started {e(result.started)},
-wall {result.wall_s} s. Latency is measured from each request's scheduled send time. {e('; '.join(result.notes))}</p>
+wall {result.wall_s} s. {e(_greedy_note(result.target))}Latency is measured from each request's scheduled send time.
+{e('; '.join(result.notes))}</p>
 <h2>Drills</h2>{table(['drill', 'verdict', 'evidence'], rows, left=3)}{''.join(parts)}
 <h2>Environment</h2>{folded('fingerprint', f'<pre>{e(result.environment.model_dump_json(indent=1))}</pre>')}"""  # noqa: E501
     path.write_text(document(f"infertune validate: {word}", doc), encoding="utf-8")
@@ -270,3 +271,8 @@ def write_outputs(result: ValidateResult, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "validate.json").write_text(json.dumps(result.model_dump(mode="json"), indent=1), encoding="utf-8")
     write_html(result, out / "validate.html")
+
+
+def _greedy_note(target: dict) -> str:
+    """serve's own check at start, on an idle server: the served model against tune's recorded continuations."""
+    return f"At start, serve's {target['greedy_check']}. " if target.get("greedy_check") else ""

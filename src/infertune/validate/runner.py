@@ -208,6 +208,9 @@ def validate(cfg: ValidateConfig, log: Log | None = None) -> ValidateResult:
         result.target = {"url": target.url, "started_by_validate": target.owned, "api": api, "model": model,
                          "limits": target.limits, "worker": target.info.get("worker"),
                          "settings": target.info.get("settings"), "server_log": str(target.log_path or "")}
+        if target.info.get("greedy_check"):  # serve's check of tune's recorded continuations, before any load
+            result.target["greedy_check"] = target.info["greedy_check"]
+            log(f"serve: {target.info['greedy_check']}")
         req, screened = screen(target, api, _requests(cfg, api, model, target.workload), log)
         result.target["workload"] = {**req.summary(), "screening": screened}
         if cfg.peak:

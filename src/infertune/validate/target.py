@@ -58,6 +58,7 @@ class Target:
         self.model: str | None = None
         self.workload: Path | None = None  # the artifact's own requests (an LLM artifact's load.jsonl)
         self.llm = False  # validate started `infertune serve` on a causal-LM artifact (vLLM)
+        self.greedy_expected = False  # that artifact keeps greedy continuations, which serve checks at start
 
     # --- starting -------------------------------------------------------------------------------------
     @classmethod
@@ -83,6 +84,7 @@ class Target:
         t = cls(f"http://127.0.0.1:{port}", proc, log_path, api="completions" if llm else "embeddings")
         t._log = log
         t.llm = llm
+        t.greedy_expected = llm and bool((manifest.get("greedy") or {}).get("samples"))
         if llm and (ref.path / "load.jsonl").exists():
             t.workload = ref.path / "load.jsonl"
         return t
@@ -120,6 +122,8 @@ class Target:
                     m = httpx.get(self.url + "/v1/models", timeout=5)
                     if m.status_code == 200:
                         self.info = models_info(m.json())
+                        if self.greedy_expected:
+                            self.info["greedy_check"] = self._greedy_line(deadline)
                         return self.info
                 last = f"/ready answered {r.status_code}"
             except httpx.HTTPError as e:
@@ -127,6 +131,18 @@ class Target:
                     type(e).__name__, type(e).__name__)
             time.sleep(0.2)
         raise InfertuneError(f"{self.url} was not ready within {timeout:g} s (last: {last})")
+
+    def _greedy_line(self, deadline: float) -> str:
+        """serve's own check of the continuations tune recorded (its line in the log), awaited before any load:
+        run beside the drills' requests, its prompts would share batches with them, and need not round alike."""
+        while time.monotonic() < deadline and self.alive():
+            text = self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+            lines = [x for x in text.splitlines() if x.startswith(("greedy check: ", "greedy check interrupted"))]
+            if lines:
+                return lines[-1].strip()
+            time.sleep(0.5)
+        raise InfertuneError(f"serve's greedy check printed no line within the ready timeout; see {self.log_path}:\n"
+                             f"{self.log_tail()}")
 
     def ready_now(self) -> dict[str, Any] | None:
         """The /ready answer if it is 200 right now, else None; a server without /ready (vLLM) answers with

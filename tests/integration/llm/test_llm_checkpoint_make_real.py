@@ -1,7 +1,7 @@
 """make_checkpoint with the real llmcompressor 0.14.0.1 from .venv-llmc (`make llmc-env`), on a tiny random Llama
 (2 layers, hidden 128) with a word-level tokenizer: the recipes checkpoint_rules names are accepted by the pinned
 llm-compressor and give compressed-tensors checkpoints of the right bit width, calibrated on the split we wrote.
-Skipped without the venv (it is not part of `make test`: its install took 4 min on the 2-core box)."""
+`make test` builds the venv beside the others; run alone without it, the test is skipped."""
 
 import json
 import os

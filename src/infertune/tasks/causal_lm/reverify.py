@@ -18,6 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from infertune.results import ArtifactVerdict
+
 DEFAULT_MIN_AGREEMENT = 0.97  # config.LMAccuracyBudget.min_top1_agreement's default, for artifacts that lack it
 
 
@@ -47,21 +49,12 @@ class LMSpeedCheck(BaseModel):
     note: str = ""
 
 
-class LMVerifyResult(BaseModel):
+class LMVerifyResult(ArtifactVerdict):
     kind: str = "causal-lm"
-    artifact: str
-    model: str
-    candidate_id: str
-    device: str
-    ok: bool
-    failures: list[str]
     greedy: LMGreedyCheck
     batch: LMBatchCheck
     speed: LMSpeedCheck | None = None
-    environment_diff: list[str]
     start_s: float
-    path: str | None = None
-    wall_s: float
 
 
 def verify_lm(config: Any, root: Path, m: dict[str, Any]) -> LMVerifyResult:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from infertune.errors import InfertuneError
 from infertune.hardware.fingerprint import environment_diff  # noqa: F401 - verify's diff, read here too
+from infertune.results import ArtifactVerdict
 
 
 class VerifyConfig(BaseModel):
@@ -57,18 +58,9 @@ class SpeedCheck(BaseModel):
     note: str = ""
 
 
-class VerifyResult(BaseModel):
-    artifact: str
-    model: str
-    candidate_id: str
-    device: str
-    ok: bool
-    failures: list[str]
+class VerifyResult(ArtifactVerdict):
     accuracy: AccuracyCheck
     speed: SpeedCheck | None = None
-    environment_diff: list[str]
-    path: str | None = None  # verify.json
-    wall_s: float
 
 
 def verify(config: VerifyConfig) -> VerifyResult | Any:
