@@ -32,6 +32,7 @@ from infertune.workloads.bodies import Requests
 ERROR_BUDGET = BenchConfig.model_fields["max_error_rate"].default
 KEEPUP = BenchConfig.model_fields["slo_keepup"].default
 SPREAD_WINDOWS = 5  # the confirm point's window P99s (their max - min is its P99 spread)
+STEADY = 0.8  # rank correlation of P99 with the backed-off rates above which the tail is a queue the load builds
 
 
 def with_margin(slo_text: str, margin: float, streaming: bool = False):
@@ -83,10 +84,41 @@ def confirm_soak_rate(target: Target, api: str, req: Requests, start: float, cfg
                           + (behind if any(n.startswith("fell behind") for n in s.notes) else "")
                           for s in c.steps)
         raise InfertuneError(f"no rate from {start:.4g} down to {c.steps[-1].load:.4g} req/s met {slo.text} ({cfg.slo} "
-                             f"with --soak-margin {cfg.soak_margin:g}) for {duration:g} s ({tried}); the SLO search's "
-                             "short points do not hold here. Pass --peak REQ_PER_S to soak at a rate you choose, relax "
+                             f"with --soak-margin {cfg.soak_margin:g}) for {duration:g} s ({tried}); "
+                             f"{rate_trend(c.steps)}. Pass --peak REQ_PER_S to soak at a rate you choose, relax "
                              "--slo or --soak-margin, or --soak-confirm 0 to soak unconfirmed")
     return c, _spreads(last, target, api, cfg, warmup, duration)
+
+
+def rate_trend(steps: list[Any]) -> str:
+    """What the backed-off steps' P99s say of the cause. A queue the load builds shrinks step by step as the rate
+    falls: P99 ranks as the rate does (rank correlation near 1; STEADY). A P99 that goes up and down as the rate falls
+    is set by something else: the slowest requests' own service time, or other work on the host."""
+    pts = [(s.load, s.p99_ms) for s in steps if s.p99_ms is not None]
+    if len(pts) < 3:
+        return "the SLO search's short points do not hold here"
+    rho = _rank_correlation([x for x, _ in pts], [y for _, y in pts])
+    r0, r1 = pts[0][0], pts[-1][0]
+    seen = (f"P99 {', '.join(f'{y:.1f}' for _, y in pts)} ms from {r0:.4g} down to {r1:.4g} req/s; rank correlation "
+            f"with the rate {rho:.2f}")
+    if rho < STEADY:
+        return (f"P99 does not fall steadily with the rate ({seen}; the lowest {min(y for _, y in pts):.1f} ms): no "
+                "queue the load builds sets the tail, but the slowest requests' own time or other work on this host, "
+                "so a lower rate is unlikely to meet the SLO")
+    return f"P99 falls with the rate ({seen}), yet not under the limit: a lower rate may hold"
+
+
+def _rank_correlation(x: list[float], y: list[float]) -> float:
+    """Spearman's rho (ranks without tie correction: measured latencies rarely tie)."""
+    def ranks(v: list[float]) -> list[int]:
+        order = sorted(range(len(v)), key=v.__getitem__)
+        out = [0] * len(v)
+        for r, i in enumerate(order):
+            out[i] = r
+        return out
+
+    rx, ry, n = ranks(x), ranks(y), len(x)
+    return 1 - 6 * sum((a - b) ** 2 for a, b in zip(rx, ry, strict=True)) / (n * (n * n - 1))
 
 
 def _spreads(last: dict[str, Any], target: Target, api: str, cfg: ValidateConfig, warmup: float,

@@ -246,3 +246,19 @@ def test_a_busy_spell_over_the_slow_windows_is_named_and_a_quiet_host_is_not_bla
     # a busy spell where every window met the SLO is no excuse
     fast = [100.0] * len(SPELL_WINDOW_P99)
     assert busy_spell(SPELL_T, SPELL_CORES, SPELL_WINDOW_T, fast, 6.0, 200.0) is None
+
+
+def test_the_refusal_says_whether_p99_falls_with_the_rate():
+    from infertune.bench.results import ConfirmStep
+
+    def steps(p99s):
+        return [ConfirmStep(load=24.06 * 0.9**i, passed=False, window_s=30, p99_ms=p) for i, p in enumerate(p99s)]
+
+    # a quiet 2-core box's MiniLM: 24 down to 14 req/s, P99 272.9 ... 165.6 ms against a 160 ms limit
+    flat = vconfirm.rate_trend(steps([272.9, 203.4, 185.9, 224.7, 264.4, 165.6]))
+    assert flat.startswith("P99 does not fall steadily with the rate (P99 272.9, 203.4, 185.9, 224.7, 264.4, 165.6 ms "
+                           "from 24.06 down to 14.21 req/s; rank correlation with the rate 0.49; the lowest 165.6 ms)")
+    assert "a lower rate is unlikely to meet the SLO" in flat
+    falling = vconfirm.rate_trend(steps([900.0, 600.0, 400.0, 250.0]))
+    assert falling.startswith("P99 falls with the rate") and "a lower rate may hold" in falling
+    assert vconfirm.rate_trend(steps([300.0, 250.0])) == "the SLO search's short points do not hold here"
