@@ -135,12 +135,17 @@ class Target:
     def _greedy_line(self, deadline: float) -> str:
         """serve's own check of the continuations tune recorded (its line in the log), awaited before any load:
         run beside the drills' requests, its prompts would share batches with them, and need not round alike."""
+        from infertune.engines.causal_lm.vllm_server import GREEDY_LINE
+
         while time.monotonic() < deadline and self.alive():
             text = self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
-            lines = [x for x in text.splitlines() if x.startswith(("greedy check: ", "greedy check interrupted"))]
+            lines = [x for x in text.splitlines() if x.startswith(GREEDY_LINE)]
             if lines:
                 return lines[-1].strip()
             time.sleep(0.5)
+        if not self.alive():  # as wait_ready says it: a server that exited is not one that is slow
+            raise InfertuneError(f"the server exited with code {self.proc.returncode} during serve's greedy check; "
+                                 f"see {self.log_path}:\n{self.log_tail()}")
         raise InfertuneError(f"serve's greedy check printed no line within the ready timeout; see {self.log_path}:\n"
                              f"{self.log_tail()}")
 

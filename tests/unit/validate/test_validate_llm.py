@@ -165,3 +165,21 @@ def test_serves_greedy_check_line_is_awaited_in_its_log_and_its_absence_is_an_er
     log.write_text("INFO: nothing of it\n")
     with pytest.raises(InfertuneError, match="greedy check printed no line"):
         t._greedy_line(time.monotonic() + 0.6)
+
+
+def test_a_server_that_exits_during_the_greedy_check_is_named_as_exited(tmp_path):
+    import subprocess
+    import time
+
+    import pytest
+
+    from infertune.errors import InfertuneError
+    from infertune.validate.target import Target
+
+    log = tmp_path / "server.log"
+    log.write_text("starting vLLM: ...\n")
+    proc = subprocess.Popen(["sh", "-c", "exit 3"])
+    proc.wait()
+    t = Target("http://127.0.0.1:1", proc=proc, log_path=log, api="completions")
+    with pytest.raises(InfertuneError, match="exited with code 3 during serve's greedy check"):
+        t._greedy_line(time.monotonic() + 10)

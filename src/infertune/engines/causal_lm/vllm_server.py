@@ -270,6 +270,9 @@ def serve_llm(artifact_path: str | Path, host: str = "127.0.0.1", port: int = 80
             signal.signal(s, h)
 
 
+GREEDY_LINE = "greedy check"  # how serve's line on the recorded continuations starts (validate waits for it)
+
+
 def greedy_or_say(url: str, artifact_path: str | Path) -> None:
     """The greedy check's line, or why it stopped: a vLLM that dies during it is restarted, not the end of serve."""
     import httpx
@@ -277,13 +280,13 @@ def greedy_or_say(url: str, artifact_path: str | Path) -> None:
     try:
         report_greedy(check_greedy(url, artifact_path))
     except (httpx.HTTPError, KeyError, ValueError) as e:
-        print(f"greedy check interrupted: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        print(f"{GREEDY_LINE} interrupted: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
 
 
 def report_greedy(g: dict[str, Any]) -> None:
     """One line on stderr: the served model against the continuations tune recorded (and the first mismatch)."""
     n_exact = round(g["exact"] * g["n"])
-    line = (f"greedy check: {n_exact}/{g['n']} recorded continuations reproduced exactly "
+    line = (f"{GREEDY_LINE}: {n_exact}/{g['n']} recorded continuations reproduced exactly "
             f"(token agreement {g['greedy_agreement']:.3f})")
     bad = next((s for s in g["samples"] if s["match"] < s.get("of", len(s["expected"]))), None)
     if n_exact < g["n"] and bad:
