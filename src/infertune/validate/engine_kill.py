@@ -104,7 +104,9 @@ def kill_engine(target: Target, api: str, req: Requests, peak: float, cfg: Valid
         os.killpg(pid, signal.SIGKILL)
         t_kill = time.monotonic()
         t_ready, new_pid = _wait_back(target, pid, limit, t_kill)
-        time.sleep(3.0)
+        # long enough after /health for the load to send one more request and have it answered: at 0.16 req/s
+        # a request goes every 6.25 s, and a fixed 3 s once ended the drill before any was sent to the new vLLM
+        time.sleep(max(3.0, 2.0 / rate) if t_ready is not None and rate > 0 else 3.0)
         recs = bg.stop()
         load_error = bg.error
     return _judge(target, recs, load_error, t_kill, t_ready, (pid, killed, new_pid), (limit, source), rate,
