@@ -63,11 +63,12 @@ def _control(conn: Any, st: Any, server: Any, loop_box: list, started: threading
 
     started.wait()
     loop = loop_box[0]
+    pending: tuple[Any, Any, dict[str, Any]] | None = None
     try:
         while True:
             msg = conn.recv()
             kind = msg[0]
-            if kind == "ready":
+            if kind == "ready":  # make the client, then wait for "open": every frontend opens at once
                 info = msg[1]
                 emb = Embedder(info["spec"], info["tokenizer"], "cpu")
                 emb.describe = lambda d=info["describe"]: d  # type: ignore[method-assign]
@@ -75,6 +76,10 @@ def _control(conn: Any, st: Any, server: Any, loop_box: list, started: threading
                                       max_queue=st.cfg.max_queue, truncate=st.cfg.truncate,
                                       stall_s=st.cfg.worker_timeout_s, max_wait_s=st.settings.max_wait_s)
                 asyncio.run_coroutine_threadsafe(client.start(), loop).result(30)
+                pending = (emb, client, info)
+                conn.send(("armed", index))
+            elif kind == "open" and pending is not None:
+                emb, client, info = pending
                 st.topology = {**st.topology, "batch_core": info.get("batch_core")}
                 st.vocab_size = info["vocab_size"]
                 st.embedder, st.load_s = emb, info["load_s"]

@@ -161,8 +161,9 @@ class Launcher:
         child.close()
         with self.lock:
             self.fe_procs[i], self.fe_conns[i] = proc, parent
-            if self.info is not None:
+            if self.info is not None:  # a restarted frontend: the others are open already
                 self._send(i, ("ready", self.info))
+                self._send(i, ("open",))
             if self.load_error is not None:
                 self._send(i, ("load_error", self.load_error))
             self._send(i, ("engines", self.engines))
@@ -178,6 +179,25 @@ class Launcher:
             for i in range(self.n_frontends):
                 if self.fe_conns[i] is not None:
                     self._send(i, msg)
+
+    def _await_armed(self, timeout: float = 60.0) -> None:
+        """Wait until every frontend has its engine client, so /ready turns 200 on all of them together:
+        with SO_REUSEPORT a client's next connection may land on any frontend, and a 200 from one followed
+        by a "loading" 503 from another would tell a load balancer or `bench --wait-ready` the wrong thing.
+        A frontend that dies or stalls meanwhile is left to the monitor, which restarts it."""
+        deadline = time.monotonic() + timeout
+        for k in range(self.n_frontends):
+            conn = self.fe_conns[k]
+            try:
+                while conn is not None and conn.poll(max(0.0, deadline - time.monotonic())):
+                    if conn.recv()[0] == "armed":
+                        break
+                else:
+                    if conn is not None:
+                        print(f"frontend {k} did not take the engine within {timeout:g} s; opening the others",
+                              file=sys.stderr, flush=True)
+            except (EOFError, OSError):
+                pass
 
     # --- engines ------------------------------------------------------------------------------------------
     def _spawn_engine(self, i: int, restart_t0: float | None = None) -> dict[str, Any]:
@@ -228,6 +248,10 @@ class Launcher:
                     for k in range(self.n_frontends):
                         if self.fe_conns[k] is not None:
                             self._send(k, ("ready", info))
+                    self._await_armed()
+                    for k in range(self.n_frontends):
+                        if self.fe_conns[k] is not None:
+                            self._send(k, ("open",))
                     print(f"ready: {self.served[0]} loaded and warmed up in {info['load_s']} s on "
                           f"{len(self.devices)} engine(s)", file=sys.stderr, flush=True)
             if not first:

@@ -101,19 +101,25 @@ def run(cfg: TuneConfig, make_task, quiet: bool = False, candidates: list | None
                      "library_log": library_log,
                      "capabilities": caps.summary(), "cpu_flags": sorted(caps.cpu.flags),
                      "cpu_flags_source": caps.cpu.flags_source}
+    # where the wall time went: a run past its budget says which part overran (a step started in time and
+    # slowed by other work on the host, or the artifact's speed passes)
+    phases = {"setup": time.perf_counter() - t0}
     try:
         _search(run, task, steps, result, out)
+        phases["search"] = time.perf_counter() - t0 - sum(phases.values())
         decide(task, result, cfg.tie_margin, task.drift)
         task.compare_with_plan(result)
         _finish_log(run, result)
         write(result, out)
         if cfg.write_artifact and result.winner is not None:
             task.save_artifact(run, result, out)
+        phases["artifact"] = time.perf_counter() - t0 - sum(phases.values())
     finally:
         run.stop()
         _keep_or_drop_work(out, cfg.keep_exports, result)
     result.wall_s = round(time.perf_counter() - t0, 1)
     result.search["wall_s"] = result.wall_s
+    result.search["phases_s"] = {k: round(v, 1) for k, v in phases.items()}
     if result.artifact:
         result.next_command = f"infertune serve {result.artifact}"
     if cfg.peers:

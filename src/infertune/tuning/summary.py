@@ -12,7 +12,10 @@ def search_lines(result: TuneResult) -> list[str]:
         return []
     lines = [f"Host: {s.get('capabilities', '?')}."]
     stages = ", ".join(f"{x['stage']} {x['ended_s'] - x['started_s']:.0f} s" for x in s.get("stages", []))
-    lines.append(f"Search: {s.get('wall_s') or 0:.0f} s of a {s.get('time_budget_s', 0):.0f} s budget ({stages}).")
+    ph = s.get("phases_s") or {}
+    where = f"; setup {ph.get('setup', 0):.0f} s, artifact {ph['artifact']:.0f} s" if "artifact" in ph else ""
+    lines.append(f"Search: {s.get('wall_s') or 0:.0f} s of a {s.get('time_budget_s', 0):.0f} s budget ({stages}"
+                 f"{where}).")
     if s.get("cost_s"):
         spent = ", ".join(f"{k} {v:.0f} s" for k, v in sorted(s["cost_s"].items(), key=lambda kv: -kv[1]))
         ref, base = result.reference, result.baseline.name if result.baseline else None

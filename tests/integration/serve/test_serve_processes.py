@@ -138,7 +138,14 @@ def test_minilm_frontends_tokenize_big_requests_with_the_checked_fast_tokenizer(
     texts = [f"sentence {i}: {words[i % 11]} {words[i * 7 % 11]} and {words[i * 3 % 11]}" for i in range(280)]
     srv = bench.ours("minilm", "--frontends", "2", "--drain-s", "0", capture=True).wait_ready(240)
     try:
-        tok = httpx.get(srv.url + "/ready", timeout=10).json()["tokenizer"]
+        # every frontend opens together: once one /ready says 200, a new connection to any of them does too
+        seen = set()
+        for _ in range(24):  # the kernel spreads new connections over both (all on one: 2 in 2**24)
+            r = httpx.get(srv.url + "/ready", timeout=10)
+            assert r.status_code == 200, r.text
+            seen.add(r.json()["worker"]["frontend"])
+        assert seen == {0, 1}, seen
+        tok = r.json()["tokenizer"]
         try:
             import tokie  # noqa: F401
             assert tok["tokenizer"] == "tokie", tok
