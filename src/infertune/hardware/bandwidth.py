@@ -52,3 +52,22 @@ def memory_bandwidth(device: str = "cpu", mib: int = 512, reps: int = 7, warmup:
             ", read + write bytes" if name == "copy" else "")
     return {"gb_per_s": gbs[len(gbs) // 2], "range": (gbs[0], gbs[-1]), "best": gbs[-1], "n": reps,
             "method": method}
+
+
+def gpu_bandwidth_in_child(free_gib: float | None = None, timeout_s: float = 180.0) -> dict[str, Any]:
+    """memory_bandwidth("cuda") measured in a child process, so this process never holds a CUDA context or the
+    copy's buffers (about 0.5 GiB and 1 GiB that tune's workers would otherwise not have: on a card with little free
+    memory that decides what fits). The buffers shrink to a quarter of `free_gib` each where that is less."""
+    import json
+    import subprocess
+    import sys
+
+    mib = 512 if free_gib is None else max(16, min(512, int(free_gib * 1024 / 4)))
+    code = ("import json, sys; from infertune.hardware.bandwidth import memory_bandwidth; "
+            f"print(json.dumps(memory_bandwidth('cuda', mib={mib})))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s)
+    if r.returncode != 0:
+        from infertune.errors import InfertuneError
+
+        raise InfertuneError(f"measuring the GPU's memory bandwidth failed: {r.stderr.strip()[-500:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])

@@ -30,6 +30,7 @@ class CalibrationSplit(BaseModel):
     source: str  # the workload file
     n: int  # requests in the split
     n_workload: int
+    n_split: int | None = None  # the calibration side before --quick's cap (None: not capped)
     eval_fraction: float
     seed: int
     tokens: dict[str, float]  # prompt tokens of the split (chat template applied): min, p50, max, total
@@ -67,12 +68,13 @@ def split_indices(lengths: list[int], eval_fraction: float = EVAL_FRACTION, seed
 
 def write_calibration(out_dir: str | Path, tokenizer, workload: str | Path | None = None, *,
                       eval_fraction: float = EVAL_FRACTION, seed: int = 0,
-                      rendered: RenderedWorkload | None = None) -> CalibrationSplit:
+                      rendered: RenderedWorkload | None = None, max_n: int | None = None) -> CalibrationSplit:
     """Write the calibration split of `workload` (None: the built-in chat sample) to `out_dir`/train.json.
 
     `tokenizer` is the model's (transformers; anything with __call__ and apply_chat_template): it renders the
     chat requests and counts their tokens, the lengths the split is stratified on. `rendered`: that work done
-    already (render_workload), for this tokenizer and workload.
+    already (render_workload), for this tokenizer and workload. `max_n`: at most this many, taken evenly over the
+    split's lengths (shortest to longest), so a capped split still spans the workload's prompt lengths.
     """
     from infertune.workloads.buckets import histogram
 
@@ -80,6 +82,10 @@ def write_calibration(out_dir: str | Path, tokenizer, workload: str | Path | Non
     reqs, source, texts = r.reqs, r.source, r.texts
     lengths = [len(x) for x in r.ids]
     keep = split_indices(lengths, eval_fraction, seed)
+    n_split = len(keep)
+    if max_n and len(keep) > max_n:
+        by_len = sorted(keep, key=lambda i: lengths[i])
+        keep = sorted({by_len[round(k * (len(by_len) - 1) / max(max_n - 1, 1))] for k in range(max_n)})
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / FILE
@@ -89,6 +95,7 @@ def write_calibration(out_dir: str | Path, tokenizer, workload: str | Path | Non
     sub = sorted(lengths[i] for i in keep)
     return CalibrationSplit(
         file=str(path), source=source, n=len(keep), n_workload=len(reqs), eval_fraction=eval_fraction, seed=seed,
+        n_split=n_split if len(keep) < n_split else None,
         tokens={"min": sub[0], "p50": sub[len(sub) // 2], "max": sub[-1], "total": sum(sub)} if sub else {},
         histogram=histogram(sub))
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,12 +15,7 @@ from typing import Any
 import httpx
 
 from infertune.errors import InfertuneError
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from infertune.ports import free_port
 
 
 def scrape(url: str, timeout: float = 5.0) -> dict[str, float]:

@@ -96,3 +96,16 @@ def test_one_rendering_serves_the_split_and_the_eval_sets(tmp_path):
     assert (tmp_path / "a/train.json").read_text() == (tmp_path / "b/train.json").read_text() and cal.n == alone_cal.n
     assert ev.seqs == alone_ev.seqs and ev.prompts == alone_ev.prompts
     assert (tmp_path / "ea/load.jsonl").read_text() == (tmp_path / "eb/load.jsonl").read_text()
+
+
+def test_a_capped_split_spans_the_lengths_and_says_what_it_was_cut_from(tmp_path):
+    lengths = [5 + (i * 37) % 700 for i in range(120)]
+    full = write_calibration(tmp_path / "a", WordTokenizer(), workload(tmp_path, lengths))
+    cut = write_calibration(tmp_path / "b", WordTokenizer(), workload(tmp_path, lengths), max_n=8)
+    assert full.n == 36 and full.n_split is None
+    assert cut.n == 8 and cut.n_split == 36
+    rows = (tmp_path / "b/train.json").read_text().splitlines()
+    assert len(rows) == 8 and set(rows) <= set((tmp_path / "a/train.json").read_text().splitlines())
+    # the shortest and the longest of the split are kept: the cap thins every length, it does not drop the tail
+    assert cut.tokens["min"] == full.tokens["min"] and cut.tokens["max"] == full.tokens["max"]
+    assert write_calibration(tmp_path / "c", WordTokenizer(), workload(tmp_path, lengths), max_n=100).n == 36

@@ -32,10 +32,12 @@ class LMCandidate(BaseModel):
     precision: str = "fp32"  # the float dtype of activations and unquantized weights
     # int8-wo | torch.ao-dynamic | torchao-int8-wo | torchao-int8-dyn | torchao-int4 | torchao-fp8
     quant: str | None = None
+    device: str | None = None  # where it runs when not the tune's --device (a reference too big for the GPU: cpu)
 
     @property
     def id(self) -> str:
-        return "/".join([self.backend, self.precision] + ([self.quant] if self.quant else []))
+        return "/".join([self.backend, self.precision] + ([self.quant] if self.quant else [])) + (
+            f"@{self.device}" if self.device else "")
 
     @property
     def engine_id(self) -> str:
@@ -49,6 +51,7 @@ def reference(device: str) -> LMCandidate:
 
 def available(c: LMCandidate, device: str) -> str | None:
     """None if `c` can run here, else one sentence saying why not."""
+    device = c.device or device
     if c.backend == "vllm":
         if importlib.util.find_spec("vllm") is None:
             return ("vLLM is not importable in this Python; it runs as a server from its own venv "

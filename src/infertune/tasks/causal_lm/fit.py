@@ -31,6 +31,7 @@ class Fit:
     free_why: str
     concurrency: int
     context: int
+    engine: str = "vLLM"  # what the free memory is for
 
     @property
     def need(self) -> float:
@@ -45,7 +46,7 @@ class Fit:
         return (f"needs {self.need / g:.1f} GiB ({self.dtype} weights {self.weights / g:.1f} + KV "
                 f"{self.kv / g:.1f} for {self.concurrency} x {self.context} tokens + activation peak "
                 f"{self.activation / g:.1f} + {self.margin / g:.1f} CUDA context and workspaces) but "
-                f"{self.free / g:.1f} GiB is free for vLLM ({self.free_why}): does not fit, not started")
+                f"{self.free / g:.1f} GiB is free for {self.engine} ({self.free_why}): does not fit, not started")
 
     def as_dict(self) -> dict:
         g = GIB

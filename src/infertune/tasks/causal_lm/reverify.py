@@ -61,7 +61,7 @@ def verify_lm(config: Any, root: Path, m: dict[str, Any]) -> LMVerifyResult:
     """Start vLLM on the artifact, run the three checks, stop it; verify.json is written to config.out."""
     from infertune.engines.causal_lm.vllm_server import check_greedy, start_vllm
     from infertune.hardware.fingerprint import fingerprint
-    from infertune.tasks.causal_lm.served import free_port
+    from infertune.ports import free_port
 
     t0 = time.perf_counter()
     config.out.mkdir(parents=True, exist_ok=True)

@@ -11,23 +11,20 @@ survivors get the SLO search (full rounds) and the leaders a confirming point at
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 from typing import Any
 
 from infertune.engines.causal_lm.vllm_server import engine_report, unapplied
+from infertune.ports import free_port
 from infertune.results import CandidateResult, Latency, TuneResult
 from infertune.tasks.causal_lm.task import RANDOM_WEIGHTS_MAX_KL, CausalLMTask
 from infertune.tuning.task import Option, Probe
 
 QUICK_BUDGET_S, FULL_BUDGET_S = 840.0, 2400.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# --quick calibrates its checkpoints on a thinned split with shorter sequences: GPTQ and SmoothQuant walk every layer
+# over every calibration token, and the full split's W8A8 checkpoint of SmolLM2 took over 55 min on a 2-core EPYC
+QUICK_CALIBRATION, QUICK_MAX_SEQ = 32, 512
 
 
 def _lat(p: dict | None) -> Latency | None:
@@ -63,6 +60,7 @@ class ServedLMTask(CausalLMTask):
         from infertune.engines.causal_lm.vllm_server import find_vllm
         from infertune.hardware.fingerprint import fingerprint
         from infertune.quantize.llm_calibration import render_workload, write_calibration
+        from infertune.quantize.llm_checkpoint_step import MAX_SEQ
         from infertune.results import WorkloadSummary
         from infertune.tasks.causal_lm.served_measure import eval_sets
         from infertune.workloads.buckets import histogram
@@ -77,7 +75,9 @@ class ServedLMTask(CausalLMTask):
         rendered = render_workload(self.tok, requests=self.requests)  # rendered and tokenized once, read thrice
         self.sets = eval_sets(self.tok, out / "served", cfg.workload, n_seqs=12 if quick else 24,
                               n_prompts=16, max_len=256, max_tokens=cfg.lm_max_tokens, rendered=rendered)
-        self.calibration = write_calibration(out / "calibration", self.tok, cfg.workload, rendered=rendered)
+        self.max_seq_length = QUICK_MAX_SEQ if quick else MAX_SEQ
+        self.calibration = write_calibration(out / "calibration", self.tok, cfg.workload, rendered=rendered,
+                                             max_n=QUICK_CALIBRATION if quick else None)
         lengths = [len(x) for x in rendered.ids]
         srt = sorted(lengths)
 
@@ -156,7 +156,7 @@ class ServedLMTask(CausalLMTask):
 
         scheme = next(s for s in SCHEMES if s.id == cand.checkpoint)
         key = checkpoint_key(self.spec.path, scheme, recipe_for(scheme, self.spec.path),
-                             self.calibration.file if scheme.calibrated else None)
+                             self.calibration.file if scheme.calibrated else None, self.max_seq_length)
         return any(p.is_dir() for p in self.cache_dir().glob(f"*-{key}"))
 
     def cache_dir(self) -> Path:
@@ -177,7 +177,8 @@ class ServedLMTask(CausalLMTask):
                 "args": [*self.cfg.lm_vllm_args, *cand.args],
                 "device": self.cfg.device, "dtype": dtype, "max_model_len": min(self.spec.max_length, 2048),
                 "port": free_port(), "log": str(self._log(cand)),
-                "model_dir": self.spec.path, "calibration": self.calibration.file, "cache_dir": str(self.cache_dir())}
+                "model_dir": self.spec.path, "calibration": self.calibration.file, "cache_dir": str(self.cache_dir()),
+                "max_seq_length": self.max_seq_length}
 
     def worker(self, cand, timeout_s: float):
         from infertune.tasks.causal_lm.served_worker import ServedWorker

@@ -39,6 +39,8 @@ class CausalLMTask(Task):
         self.call_s: dict[str, float] = {}
         self.warm_s: dict[str, float] = {}  # the probe's warm-up call: what compiling/capturing one batch size costs
         self.batches: dict[str, list[int]] = {}  # the batch sizes each engine's timed passes measure (all warmed)
+        self.ref_cand = None  # the reference when the GPU cannot hold it (tasks/causal_lm/fit_torch.py)
+        self.stream: set[str] = set()  # quantized candidates loaded layer by layer (their 16-bit model cannot fit)
 
     # --- setup ---------------------------------------------------------------------------------
     def load(self, out: Path) -> TuneResult:
@@ -57,7 +59,13 @@ class CausalLMTask(Task):
         self.spec = spec = lm_spec(self.ref)
         self.tok = load_tokenizer(spec)
         self.plan, summary = workload_plan(cfg, spec, self.tok, self.requests)
-        self.bw = bw = memory_bandwidth(cfg.device)
+        if cfg.device == "cuda":  # measured in a child: no CUDA context here to take memory from the workers
+            from infertune.hardware.bandwidth import gpu_bandwidth_in_child
+            from infertune.hardware.gpus import free_memory_gib
+
+            self.bw = bw = gpu_bandwidth_in_child(free_memory_gib())
+        else:
+            self.bw = bw = memory_bandwidth(cfg.device)
         env = fingerprint(cfg.threads)
         console.print(
             f"[bold]infertune tune[/] {spec.name} ({spec.architecture}, {spec.n_params / 1e6:.0f}M params"
@@ -66,7 +74,7 @@ class CausalLMTask(Task):
             f"tokens); memory bandwidth {bw['gb_per_s']:.1f} GB/s (n={bw['n']}, range "
             f"{bw['range'][0]:.1f}-{bw['range'][1]:.1f}) -> {out}", highlight=False)
         p = self.plan
-        return TuneResult(kind="causal-lm", model=spec.name, config=cfg.model_dump(mode="json"), environment=env,
+        self.result = TuneResult(kind="causal-lm", model=spec.name, config=cfg.model_dump(mode="json"), environment=env,
                           workload=summary, started=env.timestamp, out_dir=str(out),
                           reference=reference(cfg.device).id,
                           lm={"spec": spec.to_dict(), "bandwidth": bw, "eval_tokens": sum(len(s) for s in p["seqs"]),
@@ -74,6 +82,7 @@ class CausalLMTask(Task):
                               "ttft_lengths": list(p["ttft"]), "tpot_batches": p["batches"],
                               "tpot_context": len(p["ctx"]), "tpot_steps": p["steps"],
                               "static_cache_len": p["max_len"], "kl": "top-64 of the reference + tail bucket"})
+        return self.result
 
     def default_budget_s(self) -> float:
         """--lm-time-budget; a third (180 s) with --quick on CPU, aiming at about 3 minutes on 2 cores (on GPU a
@@ -85,8 +94,9 @@ class CausalLMTask(Task):
 
     def options(self, caps) -> list[Option]:
         from infertune.tasks.causal_lm.candidates import options
+        from infertune.tasks.causal_lm.fit_torch import screen
 
-        return options(caps, self.cfg.quick)
+        return screen(self, options(caps, self.cfg.quick), caps)  # fit before any worker loads a weight
 
     def available(self, cand) -> str | None:
         from infertune.tasks.causal_lm.candidates import available
@@ -96,13 +106,15 @@ class CausalLMTask(Task):
     def baseline_id(self) -> str:
         from infertune.tasks.causal_lm.candidates import reference
 
-        return reference(self.cfg.device).id
+        return (self.ref_cand or reference(self.cfg.device)).id
 
     # --- per engine ----------------------------------------------------------------------------
     def job(self, cand) -> dict[str, Any]:
         return {"serve": "infertune.tasks.causal_lm.worker:serve", "spec": self.spec.to_dict(),
-                "candidate": cand.model_dump(), "device": self.cfg.device, "threads": self.cfg.threads,
-                "max_len": self.plan["max_len"], "seed": self.cfg.seed}
+                "candidate": cand.model_dump(), "device": cand.device or self.cfg.device, "threads": self.cfg.threads,
+                "max_len": self.plan["max_len"], "seed": self.cfg.seed,
+                # a reference on the CPU: weights made on the CPU for every candidate (the same random draw)
+                "cpu_init": self.ref_cand is not None, "stream": cand.id in self.stream}
 
     def _measure(self, worker, cand, ttft: dict, steps: int, batches: list[int], timeout: float) -> dict:
         t = time.monotonic()

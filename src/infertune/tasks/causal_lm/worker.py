@@ -32,6 +32,26 @@ def apply_quant(model, quant: str | None, device: str):
     return apply(model, quant)
 
 
+def stream_quantized(model, quant: str, device: str):
+    """`model` (on the CPU) to `device` one decoder layer at a time, each quantized there before the next moves:
+    the peak is the quantized model plus one 16-bit layer, not the whole 16-bit model. Then the rest (embeddings,
+    norms) moves and lm_head is quantized as the whole-model path would."""
+    import torch
+
+    layers = next((m for n, m in model.named_modules() if n.endswith("layers") and isinstance(m, torch.nn.ModuleList)),
+                  None)
+    if layers is None:  # an architecture without a layer list: the whole model, as usual
+        return apply_quant(model.to(device), quant, device)
+    for layer in layers:
+        apply_quant(layer.to(device), quant, device)
+        torch.cuda.empty_cache()
+    model.to(device)
+    head = getattr(model, "lm_head", None)
+    if isinstance(head, torch.nn.Linear):
+        apply_quant(head, quant, device)
+    return model
+
+
 def _tensor_bytes(t) -> int:
     inner = getattr(t, "__tensor_flatten__", None)
     if inner is not None and type(t).__name__ not in ("Tensor", "Parameter"):
@@ -70,8 +90,13 @@ def build(job: dict[str, Any]):
     spec = LMSpec(**job["spec"])
     cand = LMCandidate.model_validate(job["candidate"])
     device = job["device"]
-    model = load_model(spec, cand.precision, device, seed=job.get("seed", 0))
-    model = apply_quant(model, cand.quant, device)
+    stream = bool(job.get("stream")) and bool(cand.quant) and device == "cuda"
+    made_on = "cpu" if job.get("cpu_init") or stream else device
+    model = load_model(spec, cand.precision, made_on, seed=job.get("seed", 0))
+    if stream:
+        model = stream_quantized(model, cand.quant, device)
+    else:
+        model = apply_quant(model.to(device), cand.quant, device)
     if cand.backend == "hf-generate":
         engine = GenerateEngine(model, device, job["max_len"])
     else:
@@ -83,7 +108,8 @@ def build(job: dict[str, Any]):
     executed = {"backend": cand.backend, "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
                 "quant": cand.quant, "decode_weight_bytes": decode_bytes(model),
                 "static_cache_len": job["max_len"] if cand.backend != "hf-generate" else None,
-                "threads": torch.get_num_threads(), "random_weights": spec.random_weights,
+                "threads": torch.get_num_threads(), "random_weights": spec.random_weights, "device": device,
+                "loaded": "layer by layer, each quantized on the GPU" if stream else f"whole, made on {made_on}",
                 "linear_types": sorted({type(m).__name__ for m in model.modules() if "Linear" in type(m).__name__})}
     return spec, cand, model, engine, executed
 

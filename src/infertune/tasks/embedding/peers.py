@@ -171,7 +171,8 @@ def run_peers(peers: list[str], artifact: str | Path, model_dir: str | Path, tex
     import time
 
     from infertune.engines.causal_lm.vllm_server import VLLMServer
-    from infertune.validate.target import Target, free_port
+    from infertune.ports import free_port
+    from infertune.validate.target import Target
 
     say = (lambda s: console.print(s, highlight=False, markup=False)) if console else (lambda s: None)
     unknown = [p for p in peers if p not in PEERS]
