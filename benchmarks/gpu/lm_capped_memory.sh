@@ -5,7 +5,7 @@
 # results under $OUT (or /tmp/lm-capped).
 # Run on a GPU host after scripts/gpu/carry.sh: bash benchmarks/gpu/lm_capped_memory.sh
 set -uo pipefail
-KEEP_GIB=${KEEP_GIB:-1.45}; OUT=${OUT:-/tmp/lm-capped}; M=/tmp/qwen3-0.6b-lm
+KEEP_GIB=${KEEP_GIB:-1.55}; OUT=${OUT:-/tmp/lm-capped}; M=/tmp/qwen3-0.6b-lm
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src HF_HUB_OFFLINE=1
@@ -30,7 +30,7 @@ nvidia-smi --query-gpu=memory.free --format=csv,noheader | sed 's/^/free for the
 (while sleep 2; do nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader; done) \
   > "$OUT/gpu_procs.log" 2>&1 &
 MON=$!
-python3 -m infertune.cli.main tune "$M" --lm-engine torch --device cuda --quick --lm-time-budget "${BUDGET:-300}" \
+python3 -m infertune.cli.main tune "$M" --lm-engine torch --device cuda --quick --lm-time-budget "${BUDGET:-240}" \
   --out "$OUT/run" --json > "$OUT/result.json" 2> "$OUT/tune.log"
 echo "tune exit $?"
 kill $HOG $MON; wait $HOG 2>/dev/null

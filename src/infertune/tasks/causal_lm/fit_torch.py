@@ -27,12 +27,17 @@ def weights_dtype(cand) -> str:
 def check(arch, cand, free: float, why: str, *, batch: int, max_len: int, prompt_tokens: int,
           dtype: str | None = None) -> Fit:
     """The Fit of one in-process engine (`dtype`: its weights' format, else the candidate's own)."""
+    from infertune.plan.arch import DTYPE_BYTES
     from infertune.plan.planner import PlanConfig, budget
 
     dtype = dtype or weights_dtype(cand)
     b = budget(arch, PlanConfig(model="-"), 0.0, dtype, 1, prompt_tokens, batch)
+    weights = b["weights"]
+    if dtype in QUANT_WEIGHTS.values():  # plan keeps lm_head 16-bit (vLLM's checkpoints do); torchao quantizes it:
+        head, q = arch.vocab * arch.hidden, DTYPE_BYTES[dtype]  # tied, a quantized copy beside the 16-bit table
+        weights += head * q if arch.tied else -head * (2.0 - q)
     kv = arch.kv_bytes_per_token("fp32" if cand.precision == "fp32" else "bf16") * batch * max_len
-    return Fit(candidate=cand.id, dtype=dtype, weights=b["weights"], kv=kv, activation=b["activation_peak"],
+    return Fit(candidate=cand.id, dtype=dtype, weights=weights, kv=kv, activation=b["activation_peak"],
                margin=b["non_torch"], free=free, free_why=why, concurrency=batch, context=max_len,
                engine="this engine")
 
