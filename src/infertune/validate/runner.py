@@ -51,9 +51,18 @@ def find_peak(target: Target, api: str, model: str | None, req, cfg: ValidateCon
             "bench_json": str(out / "peak" / "bench.json") if out else None}
     if res.slo and res.slo.met and res.slo.max_load:
         return {"rps": res.slo.max_load, **info, "basis": "confirmed: the search's answer passed every repeat"}
-    # the search's answer did not repeat (a noisy, shared box): a peak that passed once is not soaked. The
-    # highest rate that passed every time it ran (at least twice) is, and validate says so; none: refused.
+    # the search's answer did not repeat (a noisy, shared box): a peak that passed once is not soaked as such. The
+    # highest rate that passed every time it ran (at least twice) is, and validate says so. With none, the confirm
+    # step's long points decide from the rate that passed once: a short point's P99 is nearly its slowest request
+    # (150 requests at 30 req/s for 5 s), a 30 s point's is not, and the soak runs only at a rate a long point held
+    # with margin. Without that step (--soak-confirm 0): refused.
     once = runs["passed_once"]
+    if runs["confirmed"] is None and once and cfg.soak_s > 0 and cfg.confirm_s > 0:
+        note = (f"{once:.4g} req/s passed once but not its repeat in the short points; the confirm step's "
+                f"{cfg.confirm_s:g} s points decide the soak's rate from it")
+        log(f"peak: {note}")
+        return {"rps": once, **info, "confirmed": False, "basis": "passed once; confirmed by the long points",
+                "unconfirmed_rps": once, "note": note}
     if runs["confirmed"] is None:
         what = (f"{once:.4g} req/s passed once but not its repeat" if once else "no rate passed")
         raise InfertuneError(f"the SLO search confirmed no peak for {cfg.slo} ({what}); a peak that passed once is "

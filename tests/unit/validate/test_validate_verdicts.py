@@ -1,5 +1,6 @@
 """validate's verdicts are honest: a soak whose P99 breaks the SLO is not a PASS (exit 4), a peak
-that passed once is not soaked, a long soak says where it is at least once a minute."""
+that passed once is soaked only at a rate the long confirm points held, a long soak says where it is at least once a
+minute."""
 
 from __future__ import annotations
 
@@ -65,12 +66,12 @@ def _fake_bench(points, met=False, max_load=None):
     return lambda cfg, log=None: SimpleNamespace(slo=slo, points=points)
 
 
-def _find_peak(monkeypatch, tmp_path, res):
+def _find_peak(monkeypatch, tmp_path, res, **kw):
     import infertune.bench.runner
 
     monkeypatch.setattr(infertune.bench.runner, "bench", res)
     req = SimpleNamespace(bodies=[b'{"input": "x"}'])
-    cfg = ValidateConfig(target="http://127.0.0.1:9", search_duration_s=1)
+    cfg = ValidateConfig(target="http://127.0.0.1:9", search_duration_s=1, **kw)
     logs: list[str] = []
     target = SimpleNamespace(url="http://127.0.0.1:9")
     return runner.find_peak(target, "embeddings", None, req, cfg, tmp_path, logs.append), logs
@@ -83,10 +84,18 @@ def test_unconfirmed_peak_soaks_at_the_highest_confirmed_rate(monkeypatch, tmp_p
     assert "highest confirmed" in peak["basis"] and any("highest confirmed rate 20" in s for s in logs)
 
 
-def test_a_peak_that_passed_only_once_is_refused(monkeypatch, tmp_path):
+def test_a_peak_that_passed_only_once_goes_to_the_long_confirm_points_or_is_refused_without_them(monkeypatch,
+                                                                                                 tmp_path):
     pts = [_pt(10, True), _pt(20, True), _pt(20, False)]
+    # the soak's confirm step (long points, backing off until the SLO holds with margin) decides from it
+    peak, logs = _find_peak(monkeypatch, tmp_path, _fake_bench(pts))
+    assert peak["rps"] == 20 and peak["confirmed"] is False and peak["basis"].startswith("passed once")
+    assert any("confirm step's" in s for s in logs)
+    # without that step nothing would check it: refused
     with pytest.raises(InfertuneError, match=r"confirmed no peak.*--peak"):
-        _find_peak(monkeypatch, tmp_path, _fake_bench(pts))
+        _find_peak(monkeypatch, tmp_path, _fake_bench(pts), soak_confirm_s=0)
+    with pytest.raises(InfertuneError, match=r"no rate passed"):
+        _find_peak(monkeypatch, tmp_path, _fake_bench([_pt(10, False), _pt(5, False)]))
 
 
 def test_confirmed_search_answer_is_used_as_is(monkeypatch, tmp_path):
