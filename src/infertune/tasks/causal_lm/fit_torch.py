@@ -5,7 +5,8 @@ free now, before any worker loads a weight.
 
 - A candidate that cannot fit is skipped with the sentence and the figures.
 - A quantized candidate whose unquantized model would not fit is loaded layer by layer: each decoder layer moves to
-  the GPU and is quantized there before the next, so the peak is the quantized model plus one 16-bit layer.
+  the GPU and is quantized there before the next, so the peak is the quantized model plus one 16-bit layer; lm_head
+  stays 16-bit (quantizing it takes an fp32 copy of it).
 - When the 16-bit reference cannot fit, it runs on the CPU (fp32 where the host RAM holds it: lossless against
   16-bit weights), the weights of every candidate are made on the CPU (random weights are then the same draw on
   both devices) and results.json's `lm.accuracy_reference` says so. Its speed is a CPU figure: the winner's ratio to
@@ -25,16 +26,18 @@ def weights_dtype(cand) -> str:
 
 
 def check(arch, cand, free: float, why: str, *, batch: int, max_len: int, prompt_tokens: int,
-          dtype: str | None = None) -> Fit:
-    """The Fit of one in-process engine (`dtype`: its weights' format, else the candidate's own)."""
+          dtype: str | None = None, head_quantized: bool = True) -> Fit:
+    """The Fit of one in-process engine (`dtype`: its weights' format, else the candidate's own; `head_quantized`:
+    False where lm_head stays 16-bit, as a layer-by-layer load keeps it)."""
     from infertune.plan.arch import DTYPE_BYTES
     from infertune.plan.planner import PlanConfig, budget
 
     dtype = dtype or weights_dtype(cand)
     b = budget(arch, PlanConfig(model="-"), 0.0, dtype, 1, prompt_tokens, batch)
     weights = b["weights"]
-    if dtype in QUANT_WEIGHTS.values():  # plan keeps lm_head 16-bit (vLLM's checkpoints do); torchao quantizes it:
-        head, q = arch.vocab * arch.hidden, DTYPE_BYTES[dtype]  # tied, a quantized copy beside the 16-bit table
+    # plan keeps lm_head 16-bit (vLLM's checkpoints do); torchao quantizes it: tied, a copy beside the 16-bit table
+    if dtype in QUANT_WEIGHTS.values() and head_quantized:
+        head, q = arch.vocab * arch.hidden, DTYPE_BYTES[dtype]
         weights += head * q if arch.tied else -head * (2.0 - q)
     kv = arch.kv_bytes_per_token("fp32" if cand.precision == "fp32" else "bf16") * batch * max_len
     return Fit(candidate=cand.id, dtype=dtype, weights=weights, kv=kv, activation=b["activation_peak"],
@@ -83,10 +86,14 @@ def screen(task, options: list, caps, free_gib: float | None | str = "measure",
             out.append(o)
             continue
         f = check(arch, c, free, why, **shape)
+        if c.quant and not check(arch, c, free, why, dtype="bf16", **shape).fits:
+            # the 16-bit model would not fit on the way to quantizing it: loaded layer by layer, lm_head 16-bit
+            f = check(arch, c, free, why, head_quantized=False, **shape)
+            if f.fits:
+                task.stream.add(c.id)
         fits.append(f)
         if f.fits:
-            if c.quant and not check(arch, c, free, why, dtype="bf16", **shape).fits:
-                task.stream.add(c.id)  # the 16-bit model would not fit on the way to quantizing it
+            pass
         elif o.role == "reference":
             moved = cpu_reference(arch, c, mem_available)
             task.ref_cand = moved

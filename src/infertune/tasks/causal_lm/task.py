@@ -201,7 +201,8 @@ class CausalLMTask(Task):
         b1 = tpot.get("1")
         tps = 1000 / b1.p50 if b1 and b1.p50 else None
         bw = self.bw["gb_per_s"]
-        roof = (roofline_ms(wb, bw) / b1.p50) if (b1 and b1.p50 and wb) else None
+        # the roofline is this device's: a reference moved to the CPU has none against the GPU's bandwidth
+        roof = (roofline_ms(wb, bw) / b1.p50) if (b1 and b1.p50 and wb and not cand.device) else None
         last = samples[-1]
         ex = dict(r.executed, peak_rss_mb=round(last.get("peak_rss_mb") or 0, 1),
                   peak_gpu_mb=round(last["peak_gpu_mb"], 1) if last.get("peak_gpu_mb") else None)

@@ -35,7 +35,8 @@ def apply_quant(model, quant: str | None, device: str):
 def stream_quantized(model, quant: str, device: str):
     """`model` (on the CPU) to `device` one decoder layer at a time, each quantized there before the next moves:
     the peak is the quantized model plus one 16-bit layer, not the whole 16-bit model. Then the rest (embeddings,
-    norms) moves and lm_head is quantized as the whole-model path would."""
+    norms, lm_head) moves as it is: quantizing lm_head takes an fp32 copy of it (594 MiB for Qwen3-0.6B's 151,936 x
+    1,024), which is what ran a 1.5 GiB card out of memory (docs/measurements/2026-12-06-h200-lm-capped-memory)."""
     import torch
 
     layers = next((m for n, m in model.named_modules() if n.endswith("layers") and isinstance(m, torch.nn.ModuleList)),
@@ -45,11 +46,7 @@ def stream_quantized(model, quant: str, device: str):
     for layer in layers:
         apply_quant(layer.to(device), quant, device)
         torch.cuda.empty_cache()
-    model.to(device)
-    head = getattr(model, "lm_head", None)
-    if isinstance(head, torch.nn.Linear):
-        apply_quant(head, quant, device)
-    return model
+    return model.to(device)
 
 
 def _tensor_bytes(t) -> int:
@@ -109,7 +106,8 @@ def build(job: dict[str, Any]):
                 "quant": cand.quant, "decode_weight_bytes": decode_bytes(model),
                 "static_cache_len": job["max_len"] if cand.backend != "hf-generate" else None,
                 "threads": torch.get_num_threads(), "random_weights": spec.random_weights, "device": device,
-                "loaded": "layer by layer, each quantized on the GPU" if stream else f"whole, made on {made_on}",
+                "loaded": ("layer by layer, each quantized on the GPU; lm_head kept 16-bit" if stream
+                           else f"whole, made on {made_on}"),
                 "linear_types": sorted({type(m).__name__ for m in model.modules() if "Linear" in type(m).__name__})}
     return spec, cand, model, engine, executed
 
