@@ -186,16 +186,16 @@ class Launcher:
         by a "loading" 503 from another would tell a load balancer or `bench --wait-ready` the wrong thing.
         A frontend that dies or stalls meanwhile is left to the monitor, which restarts it."""
         deadline = time.monotonic() + timeout
-        for k in range(self.n_frontends):
-            conn = self.fe_conns[k]
+        for k, conn in enumerate(self.fe_conns):
+            if conn is None:
+                continue
             try:
-                while conn is not None and conn.poll(max(0.0, deadline - time.monotonic())):
+                while conn.poll(max(0.0, deadline - time.monotonic())):
                     if conn.recv()[0] == "armed":
                         break
                 else:
-                    if conn is not None:
-                        print(f"frontend {k} did not take the engine within {timeout:g} s; opening the others",
-                              file=sys.stderr, flush=True)
+                    print(f"frontend {k} did not take the engine within {timeout:g} s; opening the others",
+                          file=sys.stderr, flush=True)
             except (EOFError, OSError):
                 pass
 

@@ -92,9 +92,7 @@ def screen(task, options: list, caps, free_gib: float | None | str = "measure",
             if f.fits:
                 task.stream.add(c.id)
         fits.append(f)
-        if f.fits:
-            pass
-        elif o.role == "reference":
+        if not f.fits and o.role == "reference":
             moved = cpu_reference(arch, c, mem_available)
             task.ref_cand = moved
             task.result.reference = moved.id
@@ -105,7 +103,7 @@ def screen(task, options: list, caps, free_gib: float | None | str = "measure",
             task.console.print(f"  the reference {c.id} does not fit this GPU ({f.sentence()}); it runs on the "
                                f"CPU as {moved.id}", highlight=False)
             o = replace(o, candidate=moved)
-        else:
+        elif not f.fits:
             o = replace(o, skip=f.sentence())
         out.append(o)
     task.result.lm["fit"] = [f.as_dict() for f in fits]

@@ -50,12 +50,12 @@ class ServedWorker:
     def _checkpoint(self) -> tuple[str, dict[str, Any]]:
         from infertune.quantize.llm_checkpoint_cache import cached_checkpoint
         from infertune.quantize.llm_checkpoint_rules import SCHEMES
+        from infertune.quantize.llm_checkpoint_step import MAX_SEQ
 
         j = self.job
         scheme = next(s for s in SCHEMES if s.id == j["scheme"])
         path, rec, reused = cached_checkpoint(j["model_dir"], scheme, j.get("calibration"), j["cache_dir"],
-                                              venv=j.get("llmc_venv"), **({"max_seq_length": j["max_seq_length"]}
-                                                                         if j.get("max_seq_length") else {}))
+                                              venv=j.get("llmc_venv"), max_seq_length=j.get("max_seq_length", MAX_SEQ))
         return str(path), {"path": str(path), "reused": reused, "wall_s": rec.wall_s, "size_bytes": rec.size_bytes,
                            "n_calibration": rec.n_calibration, "recipe": rec.recipe, "versions": rec.versions,
                            "quantization_config": rec.quantization_config}
