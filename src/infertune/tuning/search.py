@@ -314,6 +314,8 @@ def _no_time(run: Run, o: Option) -> str | None:
     b = run.budget
     need = max(PROBE_MIN_S, (o.probe_s or 0.0) / 2)
     first = f" (its first run needs ~{o.probe_s:.0f} s)" if o.probe_s and need > PROBE_MIN_S else ""
+    if (took := start_s(run)) > need:
+        need, first = took, f" (a start, verification and probe took {took:.0f} s here)"
     if o.role == "reference" and run.cfg.device != "cpu":
         need = max(need, 3 * run.probe_cap())
         first = " (its capped warm-up and probe)"
@@ -324,6 +326,17 @@ def _no_time(run: Run, o: Option) -> str | None:
     return (f"time budget: {need:.0f} s needed to start{first}, {max(left, 0.0):.0f} s left for it "
             f"({b.elapsed():.0f} of {b.total_s:.0f} s used, --time-budget"
             + (f"; {reserve:.0f} s kept for the naive baseline" if reserve >= 1 else "") + ")")
+
+
+def start_s(run: Run) -> float:
+    """For a task with measured starts (Task.measured_starts): the least seconds an option's start, verification and
+    probe took in this run, 0 before one has. The late pass of a served tune started a server with 75 s of 840 left
+    and overran by 550 s (docs/measurements/2026-12-06-epyc-smollm2-quick-quantized)."""
+    if not getattr(run.task, "measured_starts", False):
+        return 0.0
+    took = [c["prepare"] + c.get("verify", 0.0) + c["probe"] for c in run.costs.values() if "prepare" in c
+            and "probe" in c]
+    return min(took, default=0.0)
 
 
 def _capped(run: Run, c, cap: float | None) -> None:

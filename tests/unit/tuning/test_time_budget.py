@@ -233,3 +233,23 @@ def test_a_measured_tail_estimate_ends_every_stage_before_it(clock):
     assert b.tail_s() == pytest.approx(budget.MAX_TAIL_SHARE * 150.0)
     clock.t += 120.0
     assert b.stage_left("full") == pytest.approx(150.0 * (1 - budget.MAX_TAIL_SHARE) - 120.0)
+
+
+def test_a_server_start_is_not_begun_in_the_late_pass_with_less_left_than_one_took(clock):
+    """A task whose options are servers (measured_starts): past 80% of the budget, the late pass does not start one
+    when less is left than the quickest start, verification and probe took in this run (a served tune started a
+    vLLM server with 75 s of 840 left and overran by 550 s). Without measured starts the same option starts."""
+    costs = {"ref": {"prepare": 100.0, "verify": 50.0, "probe": 20.0}, "q": {"prepare": 150.0, "probe": 20.0}}
+    for measured in (True, False):
+        run = _late_run(clock, 300.0, 250.0)
+        run.task.measured_starts = measured
+        run.costs.update(costs)
+        assert search.start_s(run) == (170.0 if measured else 0.0)
+        search.try_option(run, PACKED)
+        r = run.results[PACKED.candidate.id]
+        if measured:
+            assert r.status == "skipped" and PACKED.candidate.id not in run.task.prepared
+            assert r.reason.startswith("time budget: 170 s needed to start (a start, verification and probe took "
+                                       "170 s here), 17 s left for it (250 of 300 s used"), r.reason
+        else:
+            assert r.status == "ok" and PACKED.candidate.id in run.probes, r.reason

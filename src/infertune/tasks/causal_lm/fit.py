@@ -57,12 +57,17 @@ class Fit:
                 "concurrency": self.concurrency, "context": self.context}
 
 
-def free_bytes(caps, util: float = DEFAULT_UTIL, free: float | None = None) -> tuple[float, str] | None:
-    """(bytes vLLM may use on the first GPU, how that was found); None without a GPU or its size. `free`: the GiB
-    the driver says are free now (hardware.gpus.free_memory_gib), None when unknown (a faked GPU)."""
+def free_bytes(caps, util: float | None = DEFAULT_UTIL, free: float | None = None) -> tuple[float, str] | None:
+    """(bytes an engine may use on the first GPU, how that was found); None without a GPU or its size. `util`: vLLM's
+    gpu_memory_utilization, None for an engine that takes what is free (the torch loops). `free`: the GiB the driver
+    says are free now (hardware.gpus.free_memory_gib), None when unknown (a faked GPU)."""
     g = caps.gpu
     if caps.device != "cuda" or g is None or not g.memory_gb:
         return None
+    if util is None:
+        if free is None:
+            return g.memory_gb * GIB, f"{g.name} {g.memory_gb:.1f} GiB (the free memory could not be read)"
+        return free * GIB, f"{g.name}: {free:.1f} of {g.memory_gb:.1f} GiB free now"
     requested = g.memory_gb * util * GIB
     why = f"{g.name} {g.memory_gb:.1f} GiB x {util:g} gpu_memory_utilization"
     if free is not None and free * GIB < requested:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from infertune.tasks.causal_lm.fit import GIB, Fit
+from infertune.tasks.causal_lm.fit import Fit, free_bytes
 
 QUANT_WEIGHTS = {"torchao-int8-wo": "int8", "torchao-int8-dyn": "int8", "torchao-int4": "int4", "torchao-fp8": "fp8"}
 
@@ -45,13 +45,6 @@ def check(arch, cand, free: float, why: str, *, batch: int, max_len: int, prompt
                engine="this engine")
 
 
-def free_now(caps, free_gib: float | None) -> tuple[float, str]:
-    g = caps.gpu
-    if free_gib is None:
-        return g.memory_gb * GIB, f"{g.name} {g.memory_gb:.1f} GiB (the free memory could not be read)"
-    return free_gib * GIB, f"{g.name}: {free_gib:.1f} of {g.memory_gb:.1f} GiB free now"
-
-
 def cpu_reference(arch, cand, mem_available: float | None = None):
     """The reference moved to the CPU: fp32 where the host RAM holds it, else its 16-bit type."""
     from infertune.engines.causal_lm.reference import _mem_available_bytes
@@ -74,7 +67,7 @@ def screen(task, options: list, caps, free_gib: float | None | str = "measure",
         from infertune.hardware.gpus import free_memory_gib
 
         free_gib = free_memory_gib(caps.gpu.index)
-    free, why = free_now(caps, free_gib)
+    free, why = free_bytes(caps, None, free_gib)
     arch = arch_from_config(load_config(task.spec.path))
     p = task.plan
     shape = {"batch": max(p["batches"]), "max_len": p["max_len"],

@@ -35,7 +35,7 @@ class ServedLMTask(CausalLMTask):
     kind = "causal-lm"
     unit = "req/s"
     baseline_eligible = True  # vLLM's defaults on the unquantized model may well be the answer
-    quick_confirm = True  # the SLO search's rate is confirmed once, --quick or not
+    quick_confirm, measured_starts = True, True  # the rate is confirmed once, --quick or not; starts take minutes
     baseline_label = "vLLM's defaults on the unquantized model"
     measured_how = "each server loaded alone, same load file and SLO search"
     # server starts (and checkpoint making) fill the probe stage, but the SLO searches of the full rounds are the
