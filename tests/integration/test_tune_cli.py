@@ -107,3 +107,37 @@ def test_bad_model_and_flags_exit_2(tmp_path):
     assert r.returncode == 2 and "min_cosine_mean" in r.stderr
     r = run_cli("tune", "--device", "tpu", timeout=60)
     assert r.returncode == 2 and "cpu or cuda" in r.stderr
+
+
+def test_sigterm_stops_tune_and_every_worker_process_it_started(tmp_path, user_jsonl):
+    """A job's timeout or `kill` sends SIGTERM: tune stops like on Ctrl-C, exit 143, and no candidate's worker
+    process (or a server it started) is left running and holding memory."""
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+    from tune_helpers import CLI, ENV
+
+    log = tmp_path / "tune.log"
+    with log.open("w") as err:
+        p = subprocess.Popen([*CLI, "tune", "minilm", "--workload", str(user_jsonl), "--quick", "--time-budget", "120",
+                              "--out", str(tmp_path / "run")], stdout=subprocess.DEVNULL, stderr=err, env=ENV)
+    me, kids, deadline = psutil.Process(p.pid), [], time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline and p.poll() is None:
+            kids = me.children(recursive=True)
+            if "preparing" in log.read_text() and kids:
+                break
+            time.sleep(0.5)
+        assert p.poll() is None and kids, f"tune never started a worker: {log.read_text()[-2000:]}"
+        time.sleep(2)
+        kids = me.children(recursive=True)
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    _, alive = psutil.wait_procs(kids, timeout=30)
+    assert rc == 143, log.read_text()[-2000:]
+    assert not alive, [(k.pid, " ".join(k.cmdline())[:120]) for k in alive]

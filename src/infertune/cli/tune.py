@@ -188,8 +188,14 @@ def tune_cmd(
     from infertune.extras import require
 
     require("tune")
+    import signal
+    import sys
+
     from infertune.tune import tune
 
+    # SIGTERM (a job's timeout, `kill`) stops tune like Ctrl-C: its finally blocks stop the candidates' worker
+    # processes and the servers they started (a vLLM server left behind holds its memory)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     result = tune(_tune_config(flags))
     _print_result(result, as_json)
 

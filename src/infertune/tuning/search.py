@@ -193,6 +193,9 @@ class Run:
             self.record(c, status="failed", reason=f"prepare failed: {short(e)}")
             self.console.print(f"  [red]failed[/] {c.id}: {short(e)}", highlight=False)
             return False
+        except BaseException:  # SIGTERM or Ctrl-C while it starts: stop() does not know this worker yet
+            w.kill()
+            raise
         self.workers[c.engine_id] = w
         if hasattr(w, "timeout_s"):
             w.timeout_s = usual  # the cap was for the preparation; later calls get the usual timeout
@@ -314,7 +317,7 @@ def _no_time(run: Run, o: Option) -> str | None:
     b = run.budget
     need = max(PROBE_MIN_S, (o.probe_s or 0.0) / 2)
     first = f" (its first run needs ~{o.probe_s:.0f} s)" if o.probe_s and need > PROBE_MIN_S else ""
-    if (took := start_s(run)) > need:
+    if run.late and (took := start_s(run)) > need:
         need, first = took, f" (a start, verification and probe took {took:.0f} s here)"
     if o.role == "reference" and run.cfg.device != "cpu":
         need = max(need, 3 * run.probe_cap())
@@ -330,8 +333,10 @@ def _no_time(run: Run, o: Option) -> str | None:
 
 def start_s(run: Run) -> float:
     """For a task with measured starts (Task.measured_starts): the least seconds an option's start, verification and
-    probe took in this run, 0 before one has. The late pass of a served tune started a server with 75 s of 840 left
-    and overran by 550 s (docs/measurements/2026-12-06-epyc-smollm2-quick-quantized)."""
+    probe took in this run, 0 before one has. What a late pass needs left to start one: it had started a server with
+    75 s of 840 left and overran by 550 s (docs/measurements/2026-12-06-epyc-smollm2-quick-quantized). The first pass
+    starts on the probe share alone: there a start that runs over the share takes from the stages after it, and the
+    options it defers come back only in a late pass, after the leaders' passes have used the time."""
     if not getattr(run.task, "measured_starts", False):
         return 0.0
     took = [c["prepare"] + c.get("verify", 0.0) + c["probe"] for c in run.costs.values() if "prepare" in c

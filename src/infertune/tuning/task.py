@@ -49,7 +49,7 @@ class Task:
     # set by the search around a call (probe): the most seconds the task's worker call may take, or None
     call_limit_s: float | None = None
     quick_confirm = True  # do the leaders get confirmation passes under --quick?
-    # every option is its own server, whose start, verification and probe cost minutes: an option is started only
+    # every option is its own server, whose start, verification and probe cost minutes: a late pass starts one only
     # when what the quickest of them took on this host is left (tuning.search._no_time)
     measured_starts = False
 

@@ -253,3 +253,11 @@ def test_a_server_start_is_not_begun_in_the_late_pass_with_less_left_than_one_to
                                        "170 s here), 17 s left for it (250 of 300 s used"), r.reason
         else:
             assert r.status == "ok" and PACKED.candidate.id in run.probes, r.reason
+    # the first pass starts on the probe share alone (one deferred there comes back only after the leaders' passes
+    # used the time): at 130 of 300 s, 35 s of the share left, the option starts though a start took 170 s
+    task = _Task(clock)
+    task.measured_starts = True
+    first = search.Run(task, task.cfg, Path("."), task.console, Budget(300.0, start=clock.t - 130.0))
+    first.costs.update(costs)
+    search.try_option(first, PACKED)
+    assert first.results[PACKED.candidate.id].status == "ok" and PACKED.candidate.id in first.probes
