@@ -42,7 +42,7 @@ Drills:
   soak         --soak-fraction (0.8) x peak for --soak; errors, P99 drift per window, RSS slope (MB/h)
   long-tail    workload p50/p90/p99 lengths + over-limit input, mixed, at 0.25-1 x peak; P99 knee per bucket
   kill-worker  SIGKILL the model worker under load: recovery time, failed requests, no hangs
-  stall        SIGSTOP the worker: new requests are refused at once (429, or 503 once the engine is silent past
+  stall        SIGSTOP the worker: new requests are refused at once (429, or 503 once the engine is quiet past
                their deadline), never left waiting: the max and P99 wait of the refused ones are reported
   burst        --burst-factor (10) x peak for --burst: 429s instead of unbounded latency, healthy after
   oom-guard    oversized requests get 4xx, the largest legal batch is answered

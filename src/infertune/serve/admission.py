@@ -20,7 +20,7 @@ within a few seconds, not after the queue fills. With work outstanding and nothi
 request's deadline (and than `stall_s`: a batch that takes longer than a short deadline is running, not stalled),
 the engine is stalled for that request: refused at once (503), never slow. Requests already admitted run to
 completion: the client cannot tell a stopped engine from one long batch (one 12 s batch of a slow model is
-silent for 12 s too); a stopped engine process is killed after --worker-timeout-s and its requests fail then.
+quiet for 12 s too); a stopped engine process is killed after --worker-timeout-s and its requests fail then.
 """
 
 from __future__ import annotations
@@ -133,10 +133,10 @@ def judge(rates: list[ServiceRate], deadline_s: float, now: float) -> Verdict:
     """Admit or refuse a request with this deadline, given the engines it may go to (the live ones)."""
     if not rates:
         return Verdict(True)
-    silent = min(r.silent_for(now) for r in rates)
+    idle = min(r.silent_for(now) for r in rates)
     if all(r.silent_for(now) > max(deadline_s, r.stall_s()) for r in rates):
         return Verdict(False, "engine_stalled", None, 1,
-                       f"the model engine stalled: work is queued and no rows finished for {silent:.1f} s, longer "
+                       f"the model engine stalled: work is queued and no rows finished for {idle:.1f} s, longer "
                        f"than this request's deadline ({deadline_s:g} s); retry later or elsewhere")
     waits = [w for w in (r.expected_wait(now) for r in rates) if w is not None]
     if len(waits) < len(rates):  # an engine with no estimate yet: nothing says the request would wait
