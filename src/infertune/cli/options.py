@@ -1,10 +1,19 @@
-"""Option helpers shared by the commands: one duration syntax for every time flag."""
+"""Option helpers shared by the commands: one duration syntax for every time flag, and SIGTERM handled as Ctrl-C."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import typer
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM (a job's timeout, `kill`) stops a long command like Ctrl-C, exit 143: its finally blocks run, so the
+    worker processes and servers it started are stopped (a vLLM server left behind holds its memory)."""
+    import signal
+    import sys
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
 def duration(value: Any) -> float:

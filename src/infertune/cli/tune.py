@@ -188,14 +188,10 @@ def tune_cmd(
     from infertune.extras import require
 
     require("tune")
-    import signal
-    import sys
-
+    from infertune.cli.options import stop_on_sigterm
     from infertune.tune import tune
 
-    # SIGTERM (a job's timeout, `kill`) stops tune like Ctrl-C: its finally blocks stop the candidates' worker
-    # processes and the servers they started (a vLLM server left behind holds its memory)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    stop_on_sigterm()
     result = tune(_tune_config(flags))
     _print_result(result, as_json)
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from infertune.cli.options import Duration, commas, config_defaults, duration_text
+from infertune.cli.options import Duration, commas, config_defaults, duration_text, stop_on_sigterm
 from infertune.validate.config import ValidateConfig
 
 # flags whose default ValidateConfig holds -> that field (tests/unit/cli/test_cli_defaults.py holds them equal)
@@ -163,11 +163,7 @@ def validate_cmd(
         recovery_budget_s=recovery_budget, burst_factor=burst_factor, burst_s=burst, stall_s=stall, step_s=step,
         search_duration_s=search_duration, sample_interval_s=sample_interval, timeout_s=timeout, seed=seed,
     ))
-    import signal
-    import sys
-
-    # SIGTERM stops validate like Ctrl-C: the finally blocks run and the server it started is stopped
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    stop_on_sigterm()  # the server validate started is stopped too
     con = console(stderr=True)
     result = validate(cfg, log=lambda s: con.print(s, markup=False))
     print_summary(result)

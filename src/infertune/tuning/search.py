@@ -337,7 +337,7 @@ def start_s(run: Run) -> float:
     75 s of 840 left and overran by 550 s (docs/measurements/2026-12-06-epyc-smollm2-quick-quantized). The first pass
     starts on the probe share alone: there a start that runs over the share takes from the stages after it, and the
     options it defers come back only in a late pass, after the leaders' passes have used the time."""
-    if not getattr(run.task, "measured_starts", False):
+    if not run.task.measured_starts:
         return 0.0
     took = [c["prepare"] + c.get("verify", 0.0) + c["probe"] for c in run.costs.values() if "prepare" in c
             and "probe" in c]
