@@ -1,6 +1,7 @@
 """An artifact's manifest (artifact/manifest.json): its format tag and the one reader, shared by every family's
-artifact (the embedding one: tasks/embedding/artifact.py; the causal-LM ones: tasks/causal_lm/artifact.py and
-served_artifact.py) and by serve, deploy and validate, which read what an artifact says before loading it."""
+artifact (the embedding one: tasks/embedding/artifact.py writes it, engines/embedding_artifact.py loads it; the
+causal-LM ones: tasks/causal_lm/artifact.py and served_artifact.py) and by serve, deploy and validate, which read
+what an artifact says before loading it."""
 
 from __future__ import annotations
 

@@ -25,8 +25,8 @@ def test_graphs_replay_the_eager_vectors():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
+    from infertune.engines.embedding_artifact import load_model
     from infertune.engines.graphs import with_graphs
-    from infertune.tasks.embedding.artifact import load_model
 
     model = os.environ.get("INFERTUNE_TEST_MINILM", "minilm")  # the GPU image has no embedded-model package
     eager = load_model(model, "cuda")
@@ -70,7 +70,7 @@ def test_packed_graphs_give_each_text_alone(tmp_path):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from infertune.tasks.embedding.artifact import load_model
+    from infertune.engines.embedding_artifact import load_model
 
     d = tiny_model_dir(tmp_path, "Qwen3-Embedding-tiny", {
         "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 256, "intermediate_size": 512,
@@ -92,7 +92,7 @@ def test_packed_encoder_graphs_give_each_text_alone():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from infertune.tasks.embedding.artifact import load_model
+    from infertune.engines.embedding_artifact import load_model
 
     emb = load_model(os.environ.get("INFERTUNE_TEST_MINILM", "minilm"), "cuda")
     emb.model.half()

@@ -49,7 +49,8 @@ def _prepare(setup, cand: Candidate):
 
 def _round_trip(emb, cand: Candidate, spec, root: Path, texts: list[str]) -> np.ndarray:
     """Save like `tune` does (files + manifest), load with `artifact.load_embedder`, embed again."""
-    from infertune.tasks.embedding.artifact import FORMAT, MANIFEST, load_embedder
+    from infertune.engines.embedding_artifact import load_embedder
+    from infertune.tasks.embedding.artifact import FORMAT, MANIFEST
 
     files = emb.save(root)
     manifest = {"format": FORMAT, "kind": "embedding", "model": spec.name,

@@ -63,10 +63,11 @@ def test_quick_tune_writes_contract_results_report_and_artifact(quick_run):
 def test_artifact_reproduces_the_tuned_candidate(quick_run, user_jsonl):
     """The artifact gives the vectors of the candidate tune measured: the candidate prepared again here, with the
     calibration texts tune gave it (a static int8 winner's ranges come from them; an AVX2-only box picks one)."""
+    from infertune.artifact import read_manifest
     from infertune.config import Candidate
+    from infertune.engines.embedding_artifact import load_embedder
     from infertune.models.embedding import embedding_spec, load_tokenizer
     from infertune.registry import load_backend
-    from infertune.tasks.embedding.artifact import load_embedder, read_manifest
     from infertune.workloads.buckets import stratified_split, stratified_subsample
 
     _, out = quick_run

@@ -9,7 +9,7 @@ from infertune.fast_tokens import CHECK_EVERY, PROBES, TokenIds, fast_encoder, f
 
 @pytest.fixture(scope="module")
 def minilm():
-    from infertune.tasks.embedding.artifact import load_model
+    from infertune.engines.embedding_artifact import load_model
 
     return load_model("minilm", "cpu")
 

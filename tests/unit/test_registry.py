@@ -129,7 +129,8 @@ def test_quantizer_availability_goes_through_its_declared_module():
 
 
 def test_the_artifact_loader_is_the_one_the_engine_declares(toy, tmp_path):
-    from infertune.tasks.embedding.artifact import FORMAT, MANIFEST, load_embedder
+    from infertune.engines.embedding_artifact import load_embedder
+    from infertune.tasks.embedding.artifact import FORMAT, MANIFEST
 
     cand = Candidate(backend="toy", precision="bf16")
     (tmp_path / MANIFEST).write_text(json.dumps({"format": FORMAT, "candidate": cand.model_dump(mode="json"),

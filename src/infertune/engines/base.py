@@ -153,7 +153,7 @@ class Embedder:
         return {}
 
     def save(self, path: Path) -> dict[str, Any]:
-        """Write what `artifact.load_embedder` needs into `path`; return manifest fields."""
+        """Write what `embedding_artifact.load_embedder` needs into `path`; return manifest fields."""
         raise NotImplementedError(f"{type(self).__name__} cannot be saved as an artifact")
 
 

@@ -114,7 +114,7 @@ class OnnxRuntime(Backend):
 
 
 def load_artifact(root: Path, manifest: dict[str, Any], candidate: Candidate, device: str) -> OrtEmbedder:
-    """A saved ONNX Runtime artifact (model.onnx + tokenizer/), as tasks/embedding/artifact.py:load_embedder asks."""
+    """A saved ONNX Runtime artifact (model.onnx + tokenizer/), as engines/embedding_artifact.py:load_embedder asks."""
     files = manifest["files"]
     spec = EmbeddingSpec(**manifest["embedding"], path=str(root / files["tokenizer"]))
     return OrtEmbedder(spec, load_tokenizer(spec), root / files["onnx"], device, {"artifact": str(root)})

@@ -180,7 +180,7 @@ class OpenVino(Backend):
 
 
 def load_artifact(root: Path, manifest: dict[str, Any], candidate: Candidate, device: str) -> OpenVinoEmbedder:
-    """A saved OpenVINO IR artifact (model.xml + model.bin + tokenizer/), as tasks/embedding/artifact.py:load_embedder
+    """A saved OpenVINO IR artifact (model.xml + model.bin + tokenizer/), as engines/embedding_artifact.py:load_embedder
     asks."""
     files = manifest["files"]
     spec = EmbeddingSpec(**manifest["embedding"], path=str(root / files["tokenizer"]))

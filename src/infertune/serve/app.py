@@ -82,7 +82,7 @@ def serve(config: ServeConfig) -> ServeResult:
         if line := check_host(manifest, settings.device, config.strict_host):
             print(line, file=sys.stderr, flush=True)
         if config.verify:  # before any server starts, so before /ready
-            from infertune.tasks.embedding.reverify import accuracy_gate
+            from infertune.engines.held_check import accuracy_gate
 
             acc = accuracy_gate(ref.path, settings.device)
             print(f"--verify: accuracy holds on {acc.n} held texts (mean cosine {acc.cosine_mean:.5f}, min "

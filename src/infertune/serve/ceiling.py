@@ -22,12 +22,12 @@ def forward_ceiling(model: str, device: str | None = None, texts: list[str] | No
                     max_batch_items: int | None = None, progress: Any = None,
                     cuda_graphs: str | None = None, task: str | None = None) -> dict[str, Any]:
     """Measure the ceiling (`task`: as serve's --task, "embed" for a causal-LM checkpoint); returns items/s (median, min, max, n rounds) and how batches were formed."""  # noqa: E501
+    from infertune.artifact import read_manifest
     from infertune.batching import ASYNC_DEPTH, PAD_MULTIPLE, pad_length, plan_batches, plan_packed
     from infertune.config import Batching
     from infertune.models.resolve import resolve_model
     from infertune.serve.config import ServeConfig, resolve_settings
     from infertune.serve.engine_setup import bring_up
-    from infertune.tasks.embedding.artifact import read_manifest
 
     ref = resolve_model(model)
     manifest = read_manifest(ref.path) if ref.format == "artifact" else None

@@ -95,7 +95,8 @@ class ServeConfig(BaseModel):
         return split_keys(self.api_key)
 
     def load_options(self) -> dict[str, Any]:
-        """What artifact.load_model needs besides the model and device (passed to every engine process)."""
+        """What engines/embedding_artifact.load_model needs besides the model and device (passed to every engine
+        process)."""
         return {"task": self.task, "pooling": self.pooling, "prompts": dict(self.prompts),
                 "default_prompt_name": self.default_prompt_name}
 

@@ -82,7 +82,7 @@ def bring_up(model: str, device: str, settings: dict[str, Any],
              load_opts: dict[str, Any] | None = None) -> tuple[Any, str]:
     """The model as serving runs it: loaded for `device` and, on a GPU, wrapped in CUDA graphs as
     settings["cuda_graphs"] says. Returns (embedder, how it runs). `serve --ceiling` times this same object."""
-    from infertune.tasks.embedding.artifact import load_model
+    from infertune.engines.embedding_artifact import load_model
 
     emb = load_model(model, device, **(load_opts or {}))
     if device != "cuda":

@@ -10,6 +10,8 @@ import time
 import traceback
 from typing import Any
 
+from infertune.engines.worker_setup import setup
+
 
 class WorkerFailed(Exception):
     """The worker raised, crashed or timed out; the message says which."""
@@ -19,27 +21,6 @@ def peak_rss_mb() -> float:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def setup(threads: int | None, device: str = "cpu") -> None:
-    # On a GPU host the tokenizer is the bottleneck and spare cores are plenty: let it use them.
-    # On CPU it would steal cores from the model.
-    os.environ["TOKENIZERS_PARALLELISM"] = "true" if device == "cuda" else "false"
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from infertune.logs import route_library_logs
-
-    route_library_logs()
-    try:
-        import transformers
-
-        transformers.logging.set_verbosity_error()
-        transformers.utils.logging.disable_progress_bar()
-    except Exception:  # noqa: BLE001
-        pass
-    import torch
-
-    if threads:
-        torch.set_num_threads(threads)
 
 
 def answer_commands(conn, handlers: dict[str, Any]) -> None:

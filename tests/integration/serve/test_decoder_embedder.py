@@ -52,7 +52,7 @@ def reference():
 def test_direct_right_and_left_padded_equal_the_reference(reference):
     from transformers import AutoTokenizer
 
-    from infertune.tasks.embedding.artifact import load_model
+    from infertune.engines.embedding_artifact import load_model
 
     emb = load_model(SMOL, "cpu", task="embed")
     assert (emb.spec.arch, emb.spec.pooling, emb.spec.normalize) == ("decoder", "last", True)

@@ -15,7 +15,7 @@ from serve_helpers import FAULT_MARKER, bench, cos_rows, embed, metric
 
 @pytest.fixture(scope="module")
 def direct():
-    from infertune.tasks.embedding.artifact import load_model
+    from infertune.engines.embedding_artifact import load_model
 
     return load_model("minilm", "cpu")
 

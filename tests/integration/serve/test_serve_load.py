@@ -109,7 +109,7 @@ def _served_equals_direct(url: str, artifact, texts: list[str]) -> None:
     """The tuned artifact served (batched with other requests, padded) equals the artifact run directly."""
     import numpy as np
 
-    from infertune.tasks.embedding.artifact import load_model
+    from infertune.engines.embedding_artifact import load_model
 
     want = load_model(str(artifact), "cpu").embed(texts)
     with ThreadPoolExecutor(16) as pool:

@@ -32,7 +32,7 @@ def test_graph_buckets_bound_the_filler_and_the_shape_count():
 
 def _graphed(model: str, **kw):
     from infertune.engines.cuda_graphs import GraphedEmbedder
-    from infertune.tasks.embedding.artifact import load_model
+    from infertune.engines.embedding_artifact import load_model
 
     return GraphedEmbedder(load_model(model, "cpu", **kw))
 
@@ -62,7 +62,7 @@ def test_bucketed_4d_masked_forward_equals_the_plain_forward(model, kw):
 
 
 def test_why_not_names_the_reason():
-    from infertune.tasks.embedding.artifact import load_model
+    from infertune.engines.embedding_artifact import load_model
 
     assert "CUDA device" in why_not(load_model("minilm", "cpu"))
     assert "engine" in why_not(object())
@@ -117,9 +117,9 @@ def test_a_shape_that_fails_to_capture_runs_eagerly_and_a_wrong_graph_turns_grap
 
 
 def test_with_graphs_leaves_a_cpu_engine_as_it_is_and_refuses_on():
+    from infertune.engines.embedding_artifact import load_model
     from infertune.engines.graphs import with_graphs
     from infertune.errors import InfertuneError
-    from infertune.tasks.embedding.artifact import load_model
 
     emb = load_model("minilm", "cpu")
     for mode in ("auto", "padded", "off"):

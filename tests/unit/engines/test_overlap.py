@@ -115,8 +115,8 @@ def test_tokenizer_processes_give_the_engines_ids_and_feed_the_pass(monkeypatch)
     import multiprocessing as mp
 
     import infertune.engines.overlap as overlap
+    from infertune.engines.embedding_artifact import load_model
     from infertune.engines.tokenize_pool import TokenizerPool
-    from infertune.tasks.embedding.artifact import load_model
     from infertune.workloads.texts import load_workload
 
     texts = load_workload(None).items[:150]
@@ -148,7 +148,7 @@ def test_tokenizer_processes_give_the_engines_ids_and_feed_the_pass(monkeypatch)
 def test_a_tune_worker_can_start_tokenizer_processes():
     """Tune's workers are daemonic processes, and multiprocessing refuses children to a daemon: an H200
     tune once failed its reference that way. A worker starts a tokenizer pool and gets the ids."""
-    from infertune.tasks.embedding.artifact import load_model
+    from infertune.engines.embedding_artifact import load_model
     from infertune.tuning.worker import run_isolated
 
     emb = load_model("minilm", "cpu")
@@ -179,8 +179,8 @@ def test_a_pool_has_every_process_started_before_it_is_used():
     pays for a process still starting (GPU probes with the pool ran 10-20x slower than later passes on an H200)."""
     import multiprocessing as mp
 
+    from infertune.engines.embedding_artifact import load_model
     from infertune.engines.tokenize_pool import TokenizerPool
-    from infertune.tasks.embedding.artifact import load_model
 
     emb = load_model("minilm", "cpu")
     pool = TokenizerPool(emb.token_encoder().recipe, 3, mp.get_context("spawn"))

@@ -81,8 +81,8 @@ def tiny_qwen3(tmp_path_factory):
 
 
 def _emb(model: str):
+    from infertune.engines.embedding_artifact import load_model
     from infertune.engines.packed_graphs import PackedGraphEmbedder
-    from infertune.tasks.embedding.artifact import load_model
 
     return PackedGraphEmbedder(load_model(model, "cpu", task="embed"))
 
@@ -147,8 +147,8 @@ def test_an_encoder_packs_only_when_asked_and_equals_each_text_alone():
     (`--cuda-graphs packed`); then a bucketed packed batch gives each text's vector run alone."""
     import torch
 
+    from infertune.engines.embedding_artifact import load_model
     from infertune.engines.packed_graphs import PackedGraphEmbedder
-    from infertune.tasks.embedding.artifact import load_model
 
     emb = load_model("minilm", "cpu")
     assert "decoder" in varlen.why_not(emb) and varlen.why_not(emb, encoders=True) is None
@@ -162,7 +162,7 @@ def test_an_encoder_packs_only_when_asked_and_equals_each_text_alone():
 
 
 def test_why_not_packs_only_decoders_by_default(tiny_qwen3):
-    from infertune.tasks.embedding.artifact import load_model
+    from infertune.engines.embedding_artifact import load_model
 
     assert "decoder" in varlen.why_not(load_model("minilm", "cpu"))
     emb = load_model(tiny_qwen3, "cpu", task="embed")

@@ -102,8 +102,8 @@ def test_schema_dimensions_and_prompts():
 def test_spec_reads_prompts_and_random_weights_from_a_config(tmp_path, monkeypatch):
     """A config.json with a tokenizer beside it: random weights materialised once (cached), then an ordinary
     embedder; config_sentence_transformers.json prompts are read, and --prompt style overrides extend them."""
+    from infertune.engines.embedding_artifact import load_model
     from infertune.models.embedding import embedding_spec
-    from infertune.tasks.embedding.artifact import load_model
 
     monkeypatch.setenv("INFERTUNE_CACHE", str(tmp_path / "cache"))
     d = tiny_model_dir(tmp_path, "tiny-bert", {

@@ -143,7 +143,8 @@ def save(model, spec, cand, path: Path) -> dict[str, Any]:
 
 
 def serve(conn, job: dict[str, Any]) -> None:
-    from infertune.tuning.worker import answer_commands, peak_rss_mb, setup
+    from infertune.engines.worker_setup import setup
+    from infertune.tuning.worker import answer_commands, peak_rss_mb
 
     setup(job.get("threads"))
     t0 = time.perf_counter()

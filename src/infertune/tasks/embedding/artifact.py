@@ -4,7 +4,8 @@ reader, shared with the causal-LM artifact, are infertune/artifact.py).
 Layout:  artifact/manifest.json  +  model/ (HF weights + tokenizer) or model.onnx + tokenizer/
          or model.xml + model.bin (OpenVINO IR) + tokenizer/.
 The manifest says which backend and recipe to apply at load, and carries the tune measurements that
-`serve` uses to size its batching (token budget, measured batch latency)."""
+`serve` uses to size its batching (token budget, measured batch latency). Loading it is the run side's
+(engines/embedding_artifact.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from infertune.artifact import FORMAT, MANIFEST, read_manifest
+from infertune.artifact import FORMAT, MANIFEST
 
 
 def write_manifest(path: Path, spec, candidate, result, saved: dict[str, Any]) -> Path:
@@ -54,7 +55,7 @@ def write_manifest(path: Path, spec, candidate, result, saved: dict[str, Any]) -
         # a compiled winner: its first compile in the tune, and the kernels the artifact carries (compile_cache.py)
         "compile": {**win.compile, "file": saved.get("compile_cache")} if win.compile else None,
         "load": {
-            "python": f"infertune.tasks.embedding.artifact.load_embedder({str(path)!r})",
+            "python": f"infertune.engines.embedding_artifact.load_embedder({str(path)!r})",
             "serve": f"infertune serve {path}",
         },
     }
@@ -81,43 +82,3 @@ def _tokenization(device: str) -> dict[str, int]:
     return {"tokenizer_threads": (os.cpu_count() or 1) if cuda else 1,
             "tokenizer_processes": tokenizer_processes() if cuda else 1,
             "frontends_per_gpu": default_frontends("cuda", 1) if cuda else 1}
-
-
-def load_embedder(path: str | Path, device: str | None = None):
-    """Load an artifact as an Embedder (tokenize / forward / postprocess), ready to serve: by the loader its
-    engine declares (infertune.catalog), else by the engine's prepare() from the saved weights."""
-    from infertune.config import Candidate
-    from infertune.models.embedding import EmbeddingSpec
-    from infertune.registry import engine, load, load_backend
-
-    root = Path(path)
-    m = read_manifest(root)
-    cand = Candidate.model_validate(m["candidate"])
-    dev = device or m.get("device", "cpu")
-    loader = engine(cand.backend).artifact
-    if loader is not None:
-        return load(loader)(root, m, cand, dev)
-    spec = EmbeddingSpec(**m["embedding"], path=str(root / m["files"]["weights"]))
-    return load_backend(cand.backend).prepare(spec, cand, dev, root / ".work")
-
-
-def load_model(path_or_name: str | Path, device: str = "cpu", pooling: str | None = None, task: str | None = None,
-               prompts: dict[str, str] | None = None, default_prompt_name: str | None = None):
-    """An Embedder for an artifact, or an untuned model directory / alias (PyTorch eager fp32).
-    `prompts` / `default_prompt_name` add to (or override) the model's or artifact's own prompts."""
-    from infertune.models.resolve import resolve_model
-
-    ref = resolve_model(path_or_name)
-    if ref.format == "artifact":
-        from infertune.models.embedding import with_prompts
-
-        emb = load_embedder(ref.path, device)
-        emb.spec = with_prompts(emb.spec, prompts, default_prompt_name)
-        return emb
-    from infertune.models.embedding import embedding_spec
-    from infertune.registry import load_backend
-    from infertune.tasks.embedding.candidates import reference
-
-    spec = embedding_spec(ref, pooling, task, prompts, default_prompt_name)
-    cand = reference(device)
-    return load_backend(cand.backend).prepare(spec, cand, device, Path(".infertune-work"))

@@ -18,29 +18,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from infertune.config import Batching, Candidate
+from infertune.engines.embedding_artifact import reference  # noqa: F401 - the search's reference, read from here
 from infertune.hardware import Capabilities
+from infertune.hardware.sizing import PROBE_TOKENS, max_items, tokens  # noqa: F401 - read from here by the search
 from infertune.registry import engine, quant, requirements
 from infertune.tuning.task import Option
 
 BASELINE = Candidate(backend="st-naive", precision="fp32", batching=Batching(kind="fixed", size=32))
-PROBE_TOKENS = {"cpu": 512, "cuda": 16384}  # the token budget of the first probe; refine searches from it
-
-
-def max_items(device: str, tokens: int) -> int:
-    """Item cap of a token-budget batch: CPU batches stay small anyway; on GPU short items would hit a
-    fixed cap long before the budget, so the cap follows the budget (an 8-token average item)."""
-    return 256 if device == "cpu" else max(256, min(8192, tokens // 8))
-
-
-def tokens(device: str, n: int | None = None) -> Batching:
-    n = n or PROBE_TOKENS[device]
-    return Batching(kind="tokens", size=n, max_items=max_items(device, n))
-
-
-def reference(device: str) -> Candidate:
-    return Candidate(backend="torch-eager", precision="fp32", batching=tokens(device))
-
-
 def options(caps: Capabilities, quick: bool = False, extra: bool = False, arch: str = "encoder") -> list[Option]:
     """Everything worth trying here, each with the host capabilities it needs (infertune.catalog). `extra` adds
     options kept out of the default list because they are known to be slow or redundant here (tried only when

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-HELD_FILE = "held.npz"
+from infertune.engines.held_check import HELD_FILE
+
 HELD_TEXTS = 64  # texts kept: enough for a per-bucket cosine check and a speed pass
 SPEED_PASSES = 10  # timed passes over the held texts (after one warm-up pass)
 MIN_SPEED_TEXTS = 16  # the fewest held texts the speed passes run (the first ones: every length bucket in turn)
@@ -119,19 +120,3 @@ def record(task: Any, worker: Any, cand: Any, art: Path, items_per_s: float | No
     m["verify"]["speed"] = worker.call("speed", timeout=600, batching=cand.batching.model_dump(), texts=held_texts[:k],
                                        passes=SPEED_PASSES)
     (art / "manifest.json").write_text(json.dumps(m, indent=2))
-
-
-def read_held(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
-    """held.npz as lists and arrays, or an InfertuneError saying the artifact predates verify."""
-    import numpy as np
-
-    from infertune.errors import InfertuneError
-
-    section = manifest.get("verify")
-    if not section or not (root / section.get("file", HELD_FILE)).is_file():
-        raise InfertuneError(f"{root} keeps no held texts and reference vectors (an artifact written before "
-                             "`infertune verify` existed, or with an incomplete save); re-run `infertune tune` to "
-                             "write one that can be verified")
-    with np.load(root / section.get("file", HELD_FILE)) as z:
-        return {"texts": [str(x) for x in z["texts"]], "lengths": [int(x) for x in z["lengths"]],
-                "buckets": [str(x) for x in z["buckets"]], "reference": np.asarray(z["reference"], dtype=np.float32)}

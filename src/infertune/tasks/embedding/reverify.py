@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from infertune.engines.held_check import AccuracyCheck, check_accuracy, load_for_verify, read_held
 from infertune.errors import InfertuneError
 from infertune.hardware.fingerprint import environment_diff  # noqa: F401 - verify's diff, read here too
 from infertune.results import ArtifactVerdict
@@ -26,25 +27,6 @@ class VerifyConfig(BaseModel):
     out: Path = Field(Path("."), description="directory verify.json is written to")
     accuracy_only: bool = False  # serve --verify: the accuracy half only
     lm_duration_s: float = Field(15.0, gt=0, description="causal LMs: seconds of the closed-loop load point")
-
-
-class BucketCheck(BaseModel):
-    bucket: str
-    n: int
-    cosine_mean: float
-    cosine_min: float
-    ok: bool
-
-
-class AccuracyCheck(BaseModel):
-    ok: bool
-    why: str = ""
-    cosine_mean: float
-    cosine_min: float
-    n: int
-    dimensions: int | None = None
-    budget: dict[str, float]
-    buckets: list[BucketCheck]
 
 
 class SpeedCheck(BaseModel):
@@ -64,11 +46,12 @@ class VerifyResult(ArtifactVerdict):
 
 
 def verify(config: VerifyConfig) -> VerifyResult | Any:
-    """Re-run the artifact's accuracy and speed checks here; `ok` is False when accuracy falls outside its budget or
-    speed drops more than `max_slowdown` (the CLI exits 1). A causal-LM artifact served by vLLM is verified through
-    vLLM (tasks/causal_lm/reverify.py: an LMVerifyResult)."""
+    """Re-run the artifact's accuracy check (engines/held_check.py, also serve --verify's gate) and speed check
+    here; `ok` is False when accuracy falls outside its budget or speed drops more than `max_slowdown` (the CLI exits
+    1). A causal-LM artifact served by vLLM is verified through vLLM (tasks/causal_lm/reverify.py: an
+    LMVerifyResult)."""
     from infertune.hardware.fingerprint import fingerprint
-    from infertune.tasks.embedding.held import measure_speed, read_held
+    from infertune.tasks.embedding.held import measure_speed
 
     t0 = time.perf_counter()
     root, m = _manifest(config.artifact)
@@ -119,63 +102,6 @@ def _manifest(path: Path) -> tuple[Path, dict[str, Any]]:
     return (root if root.is_dir() else root.parent), m
 
 
-def load_for_verify(root: Path, m: dict[str, Any], device: str) -> tuple[Any, Any]:
-    """The artifact's engine as tune's worker measured it (on a GPU: CUDA graphs, overlapped tokenizers), and its
-    batching."""
-    from infertune.config import Candidate
-    from infertune.tasks.embedding.artifact import load_embedder
-    from infertune.tuning.worker import setup
-
-    setup((m.get("verify") or {}).get("threads"), device)
-    cand = Candidate.model_validate(m["candidate"])
-    emb = load_embedder(root, device)
-    if device == "cuda":
-        from infertune.engines.graphs import tuned_engine
-        from infertune.engines.overlap import start_tokenizers
-
-        emb = tuned_engine(emb, cand, device)
-        start_tokenizers(emb)
-    return emb, cand.batching
-
-
-def check_accuracy(emb: Any, batching: Any, held: dict[str, Any], m: dict[str, Any]) -> AccuracyCheck:
-    """The held texts' vectors vs the stored reference, judged by tune's rules: every text's cosine >= the budget's
-    minimum (the worst bucket is named), the mean of each bucket holding enough texts and the pooled mean >= the
-    budget's mean."""
-    import numpy as np
-
-    from infertune.models.embedding import row_cosines
-
-    v = m["verify"]
-    budget = {"min_cosine_mean": 0.995, "min_cosine_min": 0.98, "min_bucket_items": 20, **(v.get("budget") or {})}
-    d = v.get("dimensions") or held["reference"].shape[1]
-    got = emb.embed(held["texts"], batching, pooled=True)
-    cos = row_cosines(held["reference"][:, :d], got[:, :d])
-    cos = np.where(np.isfinite(cos), cos, -1.0)  # a NaN/inf row fails as the worst cosine
-    buckets = []
-    for label in dict.fromkeys(held["buckets"]):
-        c = [float(x) for x, b in zip(cos, held["buckets"], strict=True) if b == label]
-        mean, low = sum(c) / len(c), min(c)
-        ok = low >= budget["min_cosine_min"] and (len(c) < budget["min_bucket_items"]
-                                                  or mean >= budget["min_cosine_mean"])
-        buckets.append(BucketCheck(bucket=label, n=len(c), cosine_mean=mean, cosine_min=low, ok=ok))
-    buckets.sort(key=lambda b: _bucket_order(b.bucket))
-    pooled = float(cos.mean())
-    why = ""
-    if bad := [b for b in buckets if not b.ok]:
-        w = min(bad, key=lambda b: b.cosine_min - budget["min_cosine_min"])
-        why = (f"texts of {w.bucket} tokens (n={w.n}): cosine vs the reference min {w.cosine_min:.5f}, mean "
-               f"{w.cosine_mean:.5f}; budget min >= {budget['min_cosine_min']}, mean >= {budget['min_cosine_mean']}")
-    elif pooled < budget["min_cosine_mean"]:
-        why = f"mean cosine {pooled:.5f} < budget {budget['min_cosine_mean']} over {len(cos)} held texts"
-    return AccuracyCheck(ok=not why, why=why, cosine_mean=pooled, cosine_min=float(cos.min()), n=len(cos),
-                         dimensions=v.get("dimensions"), budget=budget, buckets=buckets)
-
-
-def _bucket_order(label: str) -> int:
-    return 10**9 if label.startswith(">") else int(label.split("-")[0])
-
-
 def _judge_speed(here: dict[str, Any], m: dict[str, Any], max_slowdown: float, source: str) -> SpeedCheck:
     tuned, note = dict((m.get("verify") or {}).get("speed") or {}), ""
     if source != "held" or not tuned:
@@ -202,16 +128,3 @@ def speed_line(s: SpeedCheck) -> str:
 def _range(t: dict[str, Any]) -> str:
     s = t.get("spread")
     return f"{s[0]:.1f}-{s[1]:.1f}" if s else "-"
-
-
-def accuracy_gate(path: str | Path, device: str) -> AccuracyCheck:
-    """serve --verify: the accuracy half, before /ready; an InfertuneError naming the bucket when it fails."""
-    root, m = _manifest(Path(path))
-    from infertune.tasks.embedding.held import read_held
-
-    emb, batching = load_for_verify(root, m, device)
-    acc = check_accuracy(emb, batching, read_held(root, m), m)
-    if not acc.ok:
-        raise InfertuneError(f"--verify: {root} fails its accuracy check on this host: {acc.why}; not serving "
-                             f"(run `infertune verify {root}` for the figures)")
-    return acc

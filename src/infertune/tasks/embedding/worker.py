@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from infertune.tuning.worker import answer_commands, peak_rss_mb, setup
+from infertune.engines.worker_setup import setup
+from infertune.tuning.worker import answer_commands, peak_rss_mb
 
 
 def _subset(texts: list[str], args: dict[str, Any]) -> list[str]:

@@ -65,7 +65,7 @@ def _wrap(emb, fault, nan) -> None:
 
 
 def _install() -> None:
-    import infertune.tasks.embedding.artifact as artifact
+    import infertune.engines.embedding_artifact as artifact
 
     real_load = artifact.load_model
 
