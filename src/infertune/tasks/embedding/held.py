@@ -80,11 +80,11 @@ def measure_speed(emb: Any, texts: Sequence[str], batching: Any, passes: int = S
             "estimator": m.items_per_s_estimator, "runs": m.items_per_s_runs}
 
 
-def record(task: Any, worker: Any, cand: Any, art: Path, items_per_s: float | None = None,
-           allow_s: float | None = None) -> None:
+def record(task: Any, worker: Any, cand: Any, art: Path, allow_s: float | None = None) -> None:
     """At artifact time: write held.npz (texts, token lengths, bucket labels, reference vectors) and the
     manifest's `verify` section (the accuracy budget, the dims judged, the winner's speed on as many of the held texts
-    as SPEED_PASSES over them fit `allow_s` at its tuned `items_per_s`: speed_texts; `speed.items` says how many)."""
+    as SPEED_PASSES over them fit `allow_s` at the speed a pass runs now: speed_texts; `speed.items` says how
+    many)."""
     import numpy as np
 
     from infertune.workloads.buckets import bucket_label, bucket_of
@@ -116,7 +116,23 @@ def record(task: Any, worker: Any, cand: Any, art: Path, items_per_s: float | No
     }
     (art / "manifest.json").write_text(json.dumps(m, indent=2))
     # the timeout is for a box shared with others
-    k = speed_texts(items_per_s and pass_s(held_len, lengths, items_per_s), allow_s)
+    k = speed_texts(*_pass_now(worker, cand, held_texts, held_len, allow_s)) if allow_s is not None else HELD_TEXTS
     m["verify"]["speed"] = worker.call("speed", timeout=600, batching=cand.batching.model_dump(), texts=held_texts[:k],
                                        passes=SPEED_PASSES)
     (art / "manifest.json").write_text(json.dumps(m, indent=2))
+
+
+def _pass_now(worker: Any, cand: Any, texts: Sequence[str], lengths: Sequence[int],
+              allow_s: float) -> tuple[float | None, float]:
+    """(seconds of one pass over all the held texts, seconds still allowed), from a pass over the first
+    MIN_SPEED_TEXTS timed now, in the winner's worker, scaled by tokens. The tuned items/s is no guide here: it was
+    measured on the workload's texts, perhaps while the host was quieter (a quick MiniLM tune on a shared 2-core
+    host sized its passes from 42 items/s, ran them at 7-21, and its artifact step took 65 s of a 150 s budget)."""
+    import time
+
+    t0 = time.perf_counter()
+    few = worker.call("speed", timeout=600, batching=cand.batching.model_dump(), texts=list(texts[:MIN_SPEED_TEXTS]),
+                      passes=1)  # its warm-up pass is the final passes' too
+    head = sum(lengths[:MIN_SPEED_TEXTS]) or 1
+    one = MIN_SPEED_TEXTS / max(few["items_per_s"], 1e-3) * sum(lengths) / head
+    return one, allow_s - (time.perf_counter() - t0)

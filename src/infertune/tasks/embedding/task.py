@@ -356,7 +356,7 @@ class EmbeddingTask(Task):
             return
         write_manifest(art, self.spec, c, result, saved)
         try:  # what `infertune verify` needs: held texts, reference vectors, the winner's speed on them
-            held.record(self, w, c, art, result.winner.items_per_s, run.budget.left())
+            held.record(self, w, c, art, run.budget.left())
         except WorkerFailed as e:
             self.console.print(f"[yellow]no verify data (or no speed figure) in the artifact: {str(e)[:300]}[/]")
         result.artifact = str(art)
