@@ -133,8 +133,9 @@ def judge(rates: list[ServiceRate], deadline_s: float, now: float) -> Verdict:
     """Admit or refuse a request with this deadline, given the engines it may go to (the live ones)."""
     if not rates:
         return Verdict(True)
-    idle = min(r.silent_for(now) for r in rates)
-    if all(r.silent_for(now) > max(deadline_s, r.stall_s()) for r in rates):
+    quiet = [r.silent_for(now) for r in rates]
+    idle = min(quiet)
+    if all(q > max(deadline_s, r.stall_s()) for q, r in zip(quiet, rates, strict=True)):
         return Verdict(False, "engine_stalled", None, 1,
                        f"the model engine stalled: work is queued and no rows finished for {idle:.1f} s, longer "
                        f"than this request's deadline ({deadline_s:g} s); retry later or elsewhere")
