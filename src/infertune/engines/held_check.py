@@ -9,7 +9,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from infertune.artifact import read_manifest
 from infertune.config import Candidate
 from infertune.errors import InfertuneError
 
@@ -38,8 +37,6 @@ class AccuracyCheck(BaseModel):
 def read_held(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     """held.npz as lists and arrays, or an InfertuneError saying the artifact predates verify."""
     import numpy as np
-
-    from infertune.errors import InfertuneError
 
     section = manifest.get("verify")
     if not section or not (root / section.get("file", HELD_FILE)).is_file():
@@ -107,11 +104,9 @@ def _bucket_order(label: str) -> int:
     return 10**9 if label.startswith(">") else int(label.split("-")[0])
 
 
-def accuracy_gate(path: str | Path, device: str) -> AccuracyCheck:
-    """serve --verify: the accuracy half, before /ready; an InfertuneError naming the bucket when it fails."""
-    root = Path(path)
-    m = read_manifest(root)
-    root = root if root.is_dir() else root.parent
+def accuracy_gate(root: Path, m: dict[str, Any], device: str) -> AccuracyCheck:
+    """serve --verify: the accuracy half, before /ready, on the artifact directory `root` whose manifest serve has
+    read; an InfertuneError naming the bucket when it fails."""
     emb, batching = load_for_verify(root, m, device)
     acc = check_accuracy(emb, batching, read_held(root, m), m)
     if not acc.ok:

@@ -84,7 +84,7 @@ def serve(config: ServeConfig) -> ServeResult:
         if config.verify:  # before any server starts, so before /ready
             from infertune.engines.held_check import accuracy_gate
 
-            acc = accuracy_gate(ref.path, settings.device)
+            acc = accuracy_gate(ref.path, manifest, settings.device)
             print(f"--verify: accuracy holds on {acc.n} held texts (mean cosine {acc.cosine_mean:.5f}, min "
                   f"{acc.cosine_min:.5f})", file=sys.stderr, flush=True)
     name = config.served_model_name or (manifest or {}).get("model") or ref.name

@@ -123,7 +123,7 @@ def record(task: Any, worker: Any, cand: Any, art: Path, allow_s: float | None =
 
 
 def _pass_now(worker: Any, cand: Any, texts: Sequence[str], lengths: Sequence[int],
-              allow_s: float) -> tuple[float | None, float]:
+              allow_s: float) -> tuple[float, float]:
     """(seconds of one pass over all the held texts, seconds still allowed), from a pass over the first
     MIN_SPEED_TEXTS timed now, in the winner's worker, scaled by tokens. The tuned items/s is no guide here: it was
     measured on the workload's texts, perhaps while the host was quieter (a quick MiniLM tune on a shared 2-core
