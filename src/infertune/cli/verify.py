@@ -12,7 +12,8 @@ from infertune.cli.options import Duration, config_defaults
 from infertune.tasks.embedding.reverify import VerifyConfig
 
 # flags whose default VerifyConfig holds -> that field (tests/unit/cli/test_cli_defaults.py holds them equal)
-CONFIG_FIELDS = {name: (VerifyConfig, name) for name in ("max_slowdown", "passes", "out", "lm_duration_s")}
+CONFIG_FIELDS = {name: (VerifyConfig, name)
+                 for name in ("max_slowdown", "passes", "out", "lm_duration_s", "accuracy_only")}
 D = config_defaults(CONFIG_FIELDS)
 FAILED_EXIT = 1  # accuracy outside the artifact's budget, or speed below (1 - --max-slowdown) x tune's
 
@@ -31,6 +32,9 @@ def verify_cmd(
     max_slowdown: Annotated[float, typer.Option(
         help="fail when speed drops more than this fraction below the tune-time figure")] = D["max_slowdown"],
     passes: Annotated[int, typer.Option(help="timed passes (after one warm-up pass)")] = D["passes"],
+    accuracy_only: Annotated[bool, typer.Option(
+        "--accuracy-only", help="the accuracy check alone, no speed passes (a host too busy for a speed figure to "
+                                "mean anything; what serve --verify runs)")] = D["accuracy_only"],
     lm_duration_s: Annotated[float, Duration(
         "causal LMs: how long the closed-loop load point at tune's concurrency runs", "--lm-duration")
     ] = D["lm_duration_s"],
@@ -45,6 +49,7 @@ def verify_cmd(
     are asked for one at a time and then all at once (answers must not depend on the batch), under the artifact's
     top-1 agreement budget; the request rate at tune's concurrency on tune's load is compared when tune measured it
     the same way.
+    --accuracy-only leaves the speed half out.
     Exit codes: 0 verified; 1 accuracy outside the budget or speed below the tolerance; 2 bad input."""
     from infertune.console import console
     from infertune.errors import InfertuneError
@@ -53,7 +58,8 @@ def verify_cmd(
     if device not in (None, "cpu", "cuda"):
         raise InfertuneError(f"--device must be cpu or cuda, not {device!r}")
     r = verify(VerifyConfig(artifact=artifact, workload=workload, device=device, max_slowdown=max_slowdown,
-                            passes=passes, out=out, lm_duration_s=lm_duration_s))
+                            passes=passes, out=out, lm_duration_s=lm_duration_s,
+                            accuracy_only=accuracy_only))
     con = console(stderr=as_json)
     if getattr(r, "kind", None) == "causal-lm":
         _print_lm(con, r)
@@ -70,6 +76,8 @@ def verify_cmd(
     con.print(f"accuracy {'[green]ok[/]' if a.ok else '[red]FAILED[/]'}: mean cosine {a.cosine_mean:.6f}, min "
               f"{a.cosine_min:.6f} over n={a.n} held texts (budget mean >= {a.budget['min_cosine_mean']}, min >= "
               f"{a.budget['min_cosine_min']}){': ' + a.why if a.why else ''}", highlight=False)
+    if accuracy_only:
+        con.print("speed: not measured (--accuracy-only)", highlight=False)
     if (s := r.speed) is not None:
         con.print(f"speed {'[green]ok[/]' if s.ok else '[red]FAILED[/]'}: {speed_line(s)}", highlight=False)
         if s.note:

@@ -25,7 +25,7 @@ class VerifyConfig(BaseModel):
     max_slowdown: float = Field(0.10, ge=0, lt=1, description="fail when speed falls below (1 - this) x tune's")
     passes: int = Field(10, ge=1, description="timed passes over the texts (after one warm-up pass)")
     out: Path = Field(Path("."), description="directory verify.json is written to")
-    accuracy_only: bool = False  # serve --verify: the accuracy half only
+    accuracy_only: bool = Field(False, description="the accuracy half only (serve --verify; --accuracy-only)")
     lm_duration_s: float = Field(15.0, gt=0, description="causal LMs: seconds of the closed-loop load point")
 
 
