@@ -1,5 +1,7 @@
 import os
 import shutil
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -22,12 +24,23 @@ def _share_the_cores() -> None:
 
 _share_the_cores()
 
-# Fixtures that cost minutes to build (a tune, a server with a model loaded), longest first. `make test` runs the
-# suite on pytest-xdist workers (`-n 2 --dist loadgroup`): every test using one of these, or a module-scoped fixture
-# of its module, is put in one xdist group with the others that use it, so the fixture is built once, on one worker.
-# The groups holding a `slow` test start first, these in this order (the longest start first, so they overlap the
-# rest of the suite instead of running last, alone), then the other slow ones in collection order.
-SHARED = ("served_tune", "quick_run", "tuned_artifact", "smollm2_artifact", "minilm_server")
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory) -> str:
+    """A 2-layer BERT encoder of width 32 with saved weights (tests/fixtures/tiny_models.py), once per worker: for
+    tests of logic that MiniLM's compute would only slow down."""
+    sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+    from tiny_models import tiny_bert_dir
+
+    return str(tiny_bert_dir(tmp_path_factory.mktemp("tiny-bert")))
+
+
+# Fixtures that cost minutes to build (a tune, a server with a model loaded, MiniLM's CPU engines), longest first.
+# `make test` runs the suite on pytest-xdist workers (`-n 2 --dist loadgroup`): every test using one of these, or a
+# module-scoped fixture of its module, is put in one xdist group with the others that use it, so the fixture is built
+# once, on one worker. The groups holding a `slow` test start first, these in this order (the longest start first, so
+# they overlap the rest of the suite instead of running last, alone), then the other slow ones in collection order.
+SHARED = ("served_tune", "quick_run", "tuned_artifact", "smollm2_artifact", "minilm_server", "cpu_engines")
 
 
 def _has_cuda() -> bool:

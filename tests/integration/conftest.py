@@ -37,3 +37,12 @@ def tuned_artifact(quick_run):
     if r.returncode != 0 or not (art / "manifest.json").exists():
         pytest.fail(f"the quick tune wrote no artifact (exit {r.returncode}): {r.stderr[-2000:]}")
     return art
+
+
+@pytest.fixture(scope="session")
+def cpu_engines(tmp_path_factory):
+    """The real MiniLM's CPU engines, each prepared once for the session (minilm_engines.py)."""
+    pytest.importorskip("torch")
+    from minilm_engines import minilm_engines
+
+    return minilm_engines(tmp_path_factory.mktemp("engines"))

@@ -1,6 +1,7 @@
-"""tune rejects an engine whose answers depend on what each text was batched with: the real MiniLM (torch eager
-fp32) with noise seeded by the whole batch, close enough to the reference to pass the cosine budget, so only the
-batch-invariance check can catch it. The fp32 reference in the same run passes it."""
+"""tune rejects an engine whose answers depend on what each text was batched with: a real encoder (torch eager fp32;
+a tiny BERT, tiny_bert, as the check is about the engine, not the model) with noise seeded by the whole batch, close
+enough to the reference to pass the cosine budget, so only the batch-invariance check can catch it. The fp32
+reference in the same run passes it."""
 
 import json
 
@@ -13,11 +14,11 @@ from infertune.tune import tune
 pytestmark = pytest.mark.slow
 
 
-def test_tune_rejects_batch_dependent_answers_naming_the_deviation(tmp_path):
+def test_tune_rejects_batch_dependent_answers_naming_the_deviation(tmp_path, tiny_bert):
     noisy = Candidate(backend="fake", precision="fp32", options=(("base", "torch-eager"), ("batch_noise", "0.05")),
                       batching=Batching(kind="tokens", size=2048))
-    cfg = TuneConfig(quick=True, rounds=1, confirm_rounds=0, max_eval_items=32, out=tmp_path, write_artifact=False,
-                     sensitivity=False, slo=SLO(p99_ms=10_000), time_budget_s=240,
+    cfg = TuneConfig(model=tiny_bert, quick=True, rounds=1, confirm_rounds=0, max_eval_items=32, out=tmp_path,
+                     write_artifact=False, sensitivity=False, slo=SLO(p99_ms=10_000), time_budget_s=240,
                      drop_below=0)  # the noise costs speed; a probe drop would skip the check this test is about
     res = tune(cfg, quiet=True, candidates=[noisy])
     by = {c.name: c for c in res.candidates}

@@ -1,6 +1,6 @@
 """The CPU engines beyond PyTorch, on the real MiniLM: OpenVINO fp32 / NNCF int8 and ONNX Runtime static
 int8 (QDQ, activations calibrated on workload texts). Each must agree with PyTorch eager fp32 and load
-back from its saved artifact to the same vectors."""
+back from its saved artifact to the same vectors. Each engine is prepared once (cpu_engines, minilm_engines.py)."""
 
 from __future__ import annotations
 
@@ -20,31 +20,11 @@ def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(cpu_engines):
     """The model, 64 mixed-length eval texts, 32 other texts to calibrate on, and the torch fp32 vectors."""
-    pytest.importorskip("torch")
-    from infertune.engines.torch_eager import TorchEager
-    from infertune.models.embedding import embedding_spec
-    from infertune.workloads.texts import load_workload
-
-    spec = embedding_spec("minilm")
-    items = load_workload(None).items
-    by_len = sorted(items, key=len)
-    evals = by_len[:: len(by_len) // 64][:64]  # shortest to longest, evenly
-    used = set(evals)
-    calib = [t for t in items if t not in used][::7][:32]
-    work = tmp_path_factory.mktemp("engines")
-    ref = TorchEager.prepare(spec, Candidate(backend="torch-eager"), "cpu", work).embed(evals, pooled=True)
-    return spec, evals, calib, work, ref
-
-
-def _prepare(setup, cand: Candidate):
-    from infertune.registry import load_backend
-
-    spec, _, calib, work, _ = setup
-    backend = load_backend(cand.backend)
-    assert backend.available(cand, "cpu") is None
-    return backend.prepare(spec, cand, "cpu", work, calib)
+    e = cpu_engines
+    ref = e.prepare(Candidate(backend="torch-eager", precision="fp32")).embed(e.evals, pooled=True)
+    return e.spec, e.evals, e.calib, e.work, ref
 
 
 def _round_trip(emb, cand: Candidate, spec, root: Path, texts: list[str]) -> np.ndarray:
@@ -65,12 +45,12 @@ def ov():
     pytest.importorskip("openvino")
 
 
-def test_openvino_fp32_matches_torch_and_round_trips(setup, ov, tmp_path):
+def test_openvino_fp32_matches_torch_and_round_trips(setup, cpu_engines, ov, tmp_path):
     import torch
 
     spec, evals, _, _, ref = setup
     cand = Candidate(backend="openvino", precision="fp32")
-    emb = _prepare(setup, cand)
+    emb = cpu_engines.prepare(cand)
     got = emb.embed(evals, pooled=True)
     assert _cos(ref, got).min() >= 0.9999  # fp32 end to end: lossless up to summation order
     d = emb.describe()
@@ -83,11 +63,11 @@ def test_openvino_fp32_matches_torch_and_round_trips(setup, ov, tmp_path):
     np.testing.assert_allclose(again, got, rtol=0, atol=1e-5)
 
 
-def test_openvino_nncf_int8_is_close_and_quantized(setup, ov, tmp_path):
+def test_openvino_nncf_int8_is_close_and_quantized(setup, cpu_engines, ov, tmp_path):
     pytest.importorskip("nncf")
     spec, evals, _, _, ref = setup
     cand = Candidate(backend="openvino", precision="int8", quant="nncf-ptq")
-    emb = _prepare(setup, cand)
+    emb = cpu_engines.prepare(cand)
     got = emb.embed(evals, pooled=True)
     assert _cos(ref, got).mean() >= 0.98  # a broken calibration (or model_type missing) gives ~0.6
     d = emb.describe()
@@ -98,11 +78,11 @@ def test_openvino_nncf_int8_is_close_and_quantized(setup, ov, tmp_path):
     np.testing.assert_allclose(again, got, rtol=0, atol=1e-4)
 
 
-def test_onnxruntime_static_int8_is_close_and_quantized(setup, tmp_path):
+def test_onnxruntime_static_int8_is_close_and_quantized(setup, cpu_engines, tmp_path):
     pytest.importorskip("onnxruntime")
     spec, evals, _, _, ref = setup
     cand = Candidate(backend="onnxruntime", precision="int8", quant="ort-static")
-    emb = _prepare(setup, cand)
+    emb = cpu_engines.prepare(cand)
     got = emb.embed(evals, pooled=True)
     assert _cos(ref, got).mean() >= 0.98
     q = emb.describe()["quantization"]
@@ -128,7 +108,7 @@ CPU_ENGINES = [Candidate(backend="torch-eager", precision="fp32"), Candidate(bac
 
 
 @pytest.mark.parametrize("cand", CPU_ENGINES, ids=lambda c: c.id)
-def test_real_engines_answer_alike_alone_and_batched(setup, cand):
+def test_real_engines_answer_alike_alone_and_batched(setup, cpu_engines, cand):
     """tune's batch-invariance check passes every CPU engine that runs here, with the default tolerance."""
     from infertune.catalog import QUANTS
     from infertune.config import AccuracyBudget
@@ -138,7 +118,7 @@ def test_real_engines_answer_alike_alone_and_batched(setup, cand):
     if (why := load_backend(cand.backend).available(cand, "cpu")) is not None:
         pytest.skip(why)
     _, evals, _, _, ref = setup
-    emb = _prepare(setup, cand)
+    emb = cpu_engines.prepare(cand)
     lengths = [len(x) for x in emb.tokenizer(evals, truncation=False)["input_ids"]]
     pick = inv.sample(lengths)
     drift = None

@@ -16,21 +16,22 @@ LAYERS = 36  # 6 blocks x (q, k, v, attention output, FFN up, FFN down)
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    """The model, 16 texts to profile on, 32 to calibrate on, a work folder shared by the ONNX engines."""
-    pytest.importorskip("torch")
-    from infertune.models.embedding import embedding_spec
-    from infertune.workloads.texts import load_workload
-
-    items = load_workload(None).items
-    return embedding_spec("minilm"), items[:16], items[100:132], tmp_path_factory.mktemp("kernels")
+def setup(cpu_engines):
+    """The engines (prepared once for the session, minilm_engines.py: their 32 calibration texts, one work folder
+    for the ONNX engines) and 16 texts to profile on."""
+    return cpu_engines, cpu_engines.items[:16]
 
 
 def _prepare(setup, cand: Candidate):
+    return setup[0].prepare(cand)
+
+
+def _prepare_anew(setup, cand: Candidate):
+    """Prepared again, not the session's: a test that patches the preparation reads what it made."""
     from infertune.registry import load_backend
 
-    spec, _, calib, work = setup
-    return load_backend(cand.backend).prepare(spec, cand, "cpu", work, calib)
+    e = setup[0]
+    return load_backend(cand.backend).prepare(e.spec, cand, "cpu", e.work, e.calib)
 
 
 def _check(mix: dict, source: str) -> None:
@@ -49,7 +50,7 @@ def test_torch_int8_label_with_a_quantization_that_never_applied_is_rejected(set
     import infertune.quantize.torch_ao as torch_ao
 
     monkeypatch.setattr(torch_ao, "quantize_dynamic_int8", lambda model, *a, **k: model)  # loads, never applies
-    emb = _prepare(setup, cand)
+    emb = _prepare_anew(setup, cand)
     lying = record(emb, setup[1])
     assert lying["gemms"] == {"fp32": LAYERS + 1}
     assert verdict(cand, lying).startswith(f"int8 requested, 0 of {LAYERS + 1} GEMMs ran int8: {LAYERS + 1} fp32")

@@ -89,9 +89,11 @@ def test_bench_as_documented_reaches_the_function():
     import infertune.bench.config  # noqa: F401
     from infertune.bench.config import BenchConfig
 
-    # nothing listens on port 9: the function runs and says so (a user mistake, not a TypeError)
+    # nothing listens on port 9: the function runs and says so (a user mistake, not a TypeError); wait_ready=0
+    # says it at the first refused connection instead of after the 5 s a starting server is given
     with pytest.raises(infertune.InfertuneError, match="127.0.0.1:9"):
-        infertune.bench(BenchConfig(url="http://127.0.0.1:9", api="embeddings", concurrency=[1], duration=1))
+        infertune.bench(BenchConfig(url="http://127.0.0.1:9", api="embeddings", concurrency=[1], duration=1,
+                                    wait_ready=0))
 
 
 @pytest.mark.parametrize("name", ["tune", "serve", "validate", "inspect_model"])

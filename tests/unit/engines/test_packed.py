@@ -114,13 +114,25 @@ def _packed_equals_alone(g) -> tuple[dict, np.ndarray, int]:
     return batch, out, used
 
 
+@pytest.fixture(scope="module")
+def loaded():
+    """Models loaded in this module, by path: SmolLM2's weights are read once for both poolings (each test wraps
+    the loaded model in its own engine, whose state is its own)."""
+    return {}
+
+
 @pytest.mark.parametrize("which", ["tiny-qwen3", "smollm2"])
 @pytest.mark.parametrize("pooling", ["last", "mean"])
-def test_packed_batch_equals_each_text_alone(which, pooling, tiny_qwen3):
+def test_packed_batch_equals_each_text_alone(which, pooling, tiny_qwen3, loaded):
+    from infertune.engines.embedding_artifact import load_model
+    from infertune.engines.packed_graphs import PackedGraphEmbedder
+
     model = tiny_qwen3 if which == "tiny-qwen3" else str(ROOT / ".cache" / "smollm2_hf")
     if which == "smollm2" and not Path(model, "config.json").exists():
         pytest.skip("SmolLM2 HF directory not converted (make vllm-env)")
-    g = _emb(model)
+    if model not in loaded:
+        loaded[model] = load_model(model, "cpu", task="embed")
+    g = PackedGraphEmbedder(loaded[model])
     g.spec = dataclasses.replace(g.spec, pooling=pooling)
     assert varlen.why_not(g) is None
     _, _, used = _packed_equals_alone(g)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import types
@@ -60,6 +61,8 @@ def test_cuda_initialised_in_the_fork_server_makes_every_worker_spawn_with_one_l
 
 def _imports_initialise_cuda() -> bool:
     """Whether the fork server's imports initialise CUDA on this host (torchao does on a CUDA host)."""
+    if shutil.which("nvidia-smi") is None and not Path("/dev/nvidiactl").exists():
+        return False  # no NVIDIA driver: no import can initialise CUDA (and asking costs a torch import)
     p = subprocess.run([sys.executable, "-c", "import infertune.tuning.worker_preload as p; print(p.CUDA_INITIALISED)"],
                        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     return p.stdout.strip().endswith("True")
