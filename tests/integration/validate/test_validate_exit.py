@@ -1,5 +1,5 @@
 """validate's verdicts end to end: nothing listening at the URL is said within seconds, and a
-soak whose latency breaks the SLO is not a PASS (exit 4). About 15 s on the 2-core box."""
+soak whose latency breaks the SLO is not a PASS (exit 4). About 12 s on the 2-core box."""
 
 from __future__ import annotations
 

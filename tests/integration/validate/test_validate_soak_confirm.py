@@ -1,5 +1,5 @@
 """validate's confirm stage end to end on a real `infertune serve` of a fake-backend artifact: the
-soak's rate is confirmed with a long point first, and the soak runs at the rate that point held. ~25 s."""
+soak's rate is confirmed with a long point first, and the soak runs at the rate that point held. ~17 s."""
 
 from __future__ import annotations
 
