@@ -124,13 +124,16 @@ def screen(target: Target, api: str, req, log: Log):
     ask = [i for i, b in enumerate(req.bodies) if len(b) > max_tok - 2]
     from concurrent.futures import ThreadPoolExecutor
 
-    def status(i: int) -> int:
-        r = httpx.post(target.url + "/v1/embeddings", content=req.bodies[i], timeout=60,
-                       headers={"Content-Type": "application/json"})
-        return r.status_code
+    # one client for all of them: httpx.post builds a client (and its TLS context) per call, which cost more
+    # CPU than the server's answers
+    with httpx.Client(timeout=60, limits=httpx.Limits(max_connections=4)) as client:
+        def status(i: int) -> int:
+            r = client.post(target.url + "/v1/embeddings", content=req.bodies[i],
+                            headers={"Content-Type": "application/json"})
+            return r.status_code
 
-    with ThreadPoolExecutor(4) as pool:
-        codes = dict(zip(ask, pool.map(status, ask), strict=True))
+        with ThreadPoolExecutor(4) as pool:
+            codes = dict(zip(ask, pool.map(status, ask), strict=True))
     drop = {i for i, c in codes.items() if 400 <= c < 500 and c != 429}
     keep = [i for i in range(len(req.bodies)) if i not in drop]
     if not keep:

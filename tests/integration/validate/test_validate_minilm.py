@@ -8,15 +8,13 @@ import json
 import sys
 
 import pytest
-from validate_helpers import run_cli
+from validate_helpers import run_cli, short_workload
 
 
 @pytest.mark.slow
 def test_kill_worker_on_minilm(tmp_path):
     out = tmp_path / "v"
-    work = tmp_path / "short.jsonl"  # short texts: nothing to screen against the 256-token limit
-    words = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "the", "cat", "sleeps"]
-    work.write_text("".join(json.dumps({"input": " ".join(words[i % 5:i % 5 + 6])}) + "\n" for i in range(40)))
+    work = short_workload(tmp_path / "short.jsonl")  # nothing to screen against the 256-token limit
     # 0.8 x 3 = 2.4 req/s: well under what MiniLM serves on a busy 2-core box, so every failure is the kill's
     r = run_cli("validate", "minilm", "--peak", "3", "--soak", "0", "--no-long-tail", "--faults", "kill-worker",
                 "--workload", str(work), "--timeout", "30", "--out", str(out))

@@ -30,6 +30,14 @@ def write_fake_artifact(root: Path, us_per_token: int = 100, leak_mb_per_batch: 
     return root
 
 
+def short_workload(path: Path, n: int = 40) -> Path:
+    """n six-word texts: far under any input limit, so validate has nothing to screen before its drills (the
+    default workload's long texts are sent once each first, seconds on a busy box)."""
+    words = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "the", "cat", "sleeps"]
+    path.write_text("".join(json.dumps({"input": " ".join(words[i % 5:i % 5 + 6])}) + "\n" for i in range(n)))
+    return path
+
+
 def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "HF_HUB_OFFLINE": "1"}
