@@ -8,11 +8,13 @@ from infertune.tasks.embedding.peers import compare, table
 
 def test_compare_two_servers_side_by_side(fake_server):
     fast = fake_server(us_per_token=50)
-    slow = fake_server(us_per_token=2000)
+    # --batch-tokens 256 (4 texts of 9 tokens at most are in flight): the start times one-text batches, not batches
+    # of up to 4,000 padded tokens (8 s of this slow fake's forward)
+    slow = fake_server("--batch-tokens", "256", us_per_token=2000)
     texts = [" ".join("abcdefgh"[: 1 + i % 8]) for i in range(64)]
     seen: list[str] = []
     got = compare({"fast": fast.url, "slow": slow.url, "gone": "http://127.0.0.1:9"}, texts, concurrency=4,
-                  duration=1.5, warmup=0.5, rounds=2, progress=seen.append)
+                  duration=0.6, warmup=0.2, rounds=2, progress=seen.append)  # 40x apart: short points tell
     print(table(got))
     by = {r.name: r for r in got}
     assert [len(by[n].rounds) for n in ("fast", "slow")] == [2, 2]

@@ -1,6 +1,8 @@
-"""Admission on a real `infertune serve minilm`: a request expected to wait past its deadline gets 429 at once with
-Retry-After, a stalled engine (SIGSTOP) makes new requests fail at once, never slow, and
---rate-limit holds one API key to its rate while another is unaffected."""
+"""Admission on a real `infertune serve` over sockets: a request expected to wait past its deadline gets 429 at once
+with Retry-After (the shared MiniLM server), a stalled engine (SIGSTOP) makes new requests fail at once, never slow,
+and --rate-limit holds one API key to its rate while another is unaffected. The last two run on a fake-backend
+artifact (serve_helpers) in an engine process: they read only token counts and answer times, and the fake's fixed
+forward cost gives them the same ones every run, without loading a second MiniLM."""
 
 from __future__ import annotations
 
@@ -11,11 +13,12 @@ import time
 
 import httpx
 import pytest
-from serve_helpers import bench, embed, metric
+from serve_helpers import bench, embed, metric, write_fake_artifact
 
 KEYS = ("key-one-0123456789", "key-two-0123456789")
 TEXT = ("the quick brown fox jumps over the lazy dog while the cat sleeps on the warm windowsill of the old house "
-        "by the river, ") * 3  # about 70 tokens
+        "by the river, ") * 3  # about 70 tokens (66 words: 67 tokens of the fake backend)
+US_PER_TOKEN = 300  # TEXT: 20 ms a request, about what MiniLM takes on a 2-core box
 
 
 async def _post_all(url: str, bodies: list[dict], headers: dict[str, str]) -> list[tuple[int, float, httpx.Response]]:
@@ -62,9 +65,10 @@ def test_a_bad_deadline_header_is_a_400(minilm_server):
 
 
 @pytest.fixture(scope="module")
-def keyed_worker_server():
-    """MiniLM in a supervised engine process (so it can be stopped), two API keys, 20 requests/s per key."""
-    srv = bench.ours("minilm", "--worker-process", "--drain-s", "0", "--api-key", ",".join(KEYS),
+def keyed_worker_server(tmp_path_factory):
+    """The fake model in a supervised engine process (so it can be stopped), two API keys, 20 requests/s per key."""
+    art = write_fake_artifact(tmp_path_factory.mktemp("keyed"), US_PER_TOKEN)
+    srv = bench.ours(str(art), "--worker-process", "--drain-s", "0", "--api-key", ",".join(KEYS),
                      "--rate-limit", "20/s", headers={"Authorization": f"Bearer {KEYS[1]}"})
     try:
         srv.wait_ready()
@@ -88,7 +92,7 @@ def _metric(url: str, name: str, **labels: str) -> float:
 
 def test_one_key_over_its_rate_gets_429_the_other_is_unaffected(keyed_worker_server):
     url = keyed_worker_server.url
-    body = {"model": "minilm", "input": "hello"}
+    body = {"model": "fake", "input": "hello"}
 
     async def both() -> tuple[list, list]:
         over = asyncio.ensure_future(_post_all(url, [body] * 60, _auth(0)))  # 60 at once against 20/s
@@ -118,7 +122,7 @@ def test_one_key_over_its_rate_gets_429_the_other_is_unaffected(keyed_worker_ser
 def test_a_stalled_engine_refuses_new_requests_at_once(keyed_worker_server):
     url = keyed_worker_server.url
     headers = {**_auth(1), "X-Infertune-Deadline-Ms": "1000"}
-    assert httpx.post(url + "/v1/embeddings", json={"model": "minilm", "input": TEXT}, headers=headers,
+    assert httpx.post(url + "/v1/embeddings", json={"model": "fake", "input": TEXT}, headers=headers,
                       timeout=30).status_code == 200
     pid = httpx.get(url + "/ready", headers=_auth(1), timeout=5).json()["worker"]["pid"]
 
@@ -128,7 +132,7 @@ def test_a_stalled_engine_refuses_new_requests_at_once(keyed_worker_server):
             async def one(delay: float) -> tuple[int, float, httpx.Response]:
                 await asyncio.sleep(delay)
                 t = time.perf_counter()
-                r = await c.post("/v1/embeddings", json={"model": "minilm", "input": TEXT}, headers=headers)
+                r = await c.post("/v1/embeddings", json={"model": "fake", "input": TEXT}, headers=headers)
                 return r.status_code, time.perf_counter() - t, r
 
             async def resume() -> None:
@@ -157,7 +161,7 @@ def test_a_stalled_engine_refuses_new_requests_at_once(keyed_worker_server):
     # going again: answered
     t0 = time.monotonic()
     while time.monotonic() - t0 < 30:
-        r = httpx.post(url + "/v1/embeddings", json={"model": "minilm", "input": "again"}, headers=headers, timeout=30)
+        r = httpx.post(url + "/v1/embeddings", json={"model": "fake", "input": "again"}, headers=headers, timeout=30)
         if r.status_code == 200:
             break
         time.sleep(0.2)

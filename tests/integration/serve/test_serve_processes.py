@@ -86,7 +86,8 @@ def test_sigterm_with_500_requests_across_frontends_answers_all(fake_server):
 
 
 def test_killed_engine_fails_its_requests_and_is_restarted(fake_server):
-    srv = fake_server("--frontends", "2", us_per_token=2000)  # 400 tokens -> 0.8 s in forward
+    # 400 tokens -> 0.8 s in forward; --batch-tokens 256 keeps the engine's start and restart short (test_serve_worker)
+    srv = fake_server("--frontends", "2", "--batch-tokens", "256", us_per_token=2000)
     ok = embed(srv.url, ["a b c", "d e"], "fake")
     assert ok.status_code == 200
     eng = httpx.get(srv.url + "/ready", timeout=5).json()["worker"]["engines"][0]

@@ -30,7 +30,9 @@ def _wait_new_worker(url: str, old_pid: int, timeout: float = 30) -> tuple[dict,
 
 
 def test_killed_worker_fails_its_batch_cleanly_and_is_restarted(fake_server):
-    srv = fake_server("--worker-process", us_per_token=2000)  # 400 tokens -> 0.8 s in forward
+    # 400 tokens -> 0.8 s in forward. --batch-tokens 256: the engine's start (and its restart) times one-text batches,
+    # not batches of up to 4,000 padded tokens (8 s each start at this cost per token); that request still runs alone
+    srv = fake_server("--worker-process", "--batch-tokens", "256", us_per_token=2000)
     w = _worker(srv.url)
     assert w["mode"] == "processes" and w["pid"] != srv.proc.pid and w["restarts"] == 0
     ok = embed(srv.url, ["a b c", "d e"], "fake")
