@@ -24,9 +24,11 @@ $(UV):
 	@mkdir -p .cache
 	@$(PY) -m pip install -q --target .cache/uv uv > .cache/uv-install.log 2>&1 \
 	  || echo "uv could not be installed (.cache/uv-install.log): the venvs are installed by pip (minutes slower)"
-# $(call install,VENV,ARGS): pip install ARGS into VENV, by uv where it is here
+# $(call install,VENV,ARGS[,nocompile]): pip install ARGS into VENV, by uv where it is here; nocompile: no bytecode
+# (.venv-llmc: one test module starts it, twice)
 install = if [ "$(INSTALLER)" = uv ] && [ -x $(UV) ]; then \
-	    $(UV) pip install -q --compile-bytecode --python $(1)/bin/python $(if $(FIND_LINKS),--find-links $(FIND_LINKS)) $(2); \
+	    $(UV) pip install -q $(if $(3),,--compile-bytecode) --python $(1)/bin/python \
+	      $(if $(FIND_LINKS),--find-links $(FIND_LINKS)) $(2); \
 	  else $(1)/bin/python -m pip install -q $(2); fi
 uninstall = if [ "$(INSTALLER)" = uv ] && [ -x $(UV) ]; then $(UV) pip uninstall -q --python $(1)/bin/python $(2); \
 	  else $(1)/bin/python -m pip uninstall -y -q $(2); fi
@@ -69,7 +71,7 @@ LLMC_VENV := .venv-llmc
 $(LLMC_VENV)/.installed: constraints-llmc.txt | $(UV)
 	@echo "setting up $(LLMC_VENV) for llm-compressor (log: $(LLMC_VENV)-install.log)"
 	test -x $(LLMC_VENV)/bin/python || $(PY) -m venv $(LLMC_VENV)
-	@( $(call install,$(LLMC_VENV),-c constraints-llmc.txt torch==2.13.0 llmcompressor==0.14.0.1) ) \
+	@( $(call install,$(LLMC_VENV),-c constraints-llmc.txt torch==2.13.0 llmcompressor==0.14.0.1,nocompile) ) \
 	   > $(LLMC_VENV)-install.log 2>&1 || (tail -40 $(LLMC_VENV)-install.log; exit 1)
 	touch $@
 llmc-env: $(LLMC_VENV)/.installed
@@ -96,12 +98,13 @@ browser:
 	fi
 
 # the two venvs build side by side (pip is mostly download and unzip): about 2 min saved on a fresh machine.
-# The suite runs on TEST_WORKERS pytest-xdist workers (default: one per core, at least 2 and at most 4: each worker
-# imports torch and loads its own models): much of it waits on servers, subprocesses and fixed measuring windows,
-# which overlap. Tests sharing an expensive fixture (a tune, a server) stay on one worker (--dist loadgroup;
+# The suite runs on TEST_WORKERS pytest-xdist workers (default: one more than the cores, at least 3 and at most 4:
+# each worker imports torch and loads its own models): much of it waits on servers, subprocesses and fixed measuring
+# windows, which overlap. On 2 cores, 3 workers kept the cores 90% busy and took 786 s, where 2 kept them 80% busy
+# and took 903 s (docs/measurements/2026-12-07-epyc-suite-speed). Tests sharing an expensive fixture (a tune, a server) stay on one worker (--dist loadgroup;
 # tests/conftest.py groups them) and the `slow` ones start first, in the order tests/conftest.py gives
 # (--no-loadscope-reorder keeps it). TEST_WORKERS=0 runs it in one process.
-TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -lt 2 ] && n=2; [ $$n -gt 4 ] && n=4; echo $$n)
+TEST_WORKERS ?= $(shell n=$$(( $$(nproc 2>/dev/null || echo 2) + 1 )); [ $$n -lt 3 ] && n=3; [ $$n -gt 4 ] && n=4; echo $$n)
 test:
 	$(MAKE) --no-print-directory -j4 venv vllm-env llmc-env browser
 	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
