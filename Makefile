@@ -24,10 +24,9 @@ $(UV):
 	@mkdir -p .cache
 	@$(PY) -m pip install -q --target .cache/uv uv > .cache/uv-install.log 2>&1 \
 	  || echo "uv could not be installed (.cache/uv-install.log): the venvs are installed by pip (minutes slower)"
-# $(call install,VENV,ARGS[,nocompile]): pip install ARGS into VENV, by uv where it is here; nocompile: no bytecode
-# (.venv-llmc: one test module starts it, twice)
+# $(call install,VENV,ARGS): pip install ARGS into VENV, by uv where it is here
 install = if [ "$(INSTALLER)" = uv ] && [ -x $(UV) ]; then \
-	    $(UV) pip install -q $(if $(3),,--compile-bytecode) --python $(1)/bin/python \
+	    $(UV) pip install -q --compile-bytecode --python $(1)/bin/python \
 	      $(if $(FIND_LINKS),--find-links $(FIND_LINKS)) $(2); \
 	  else $(1)/bin/python -m pip install -q $(2); fi
 uninstall = if [ "$(INSTALLER)" = uv ] && [ -x $(UV) ]; then $(UV) pip uninstall -q --python $(1)/bin/python $(2); \
@@ -71,7 +70,7 @@ LLMC_VENV := .venv-llmc
 $(LLMC_VENV)/.installed: constraints-llmc.txt | $(UV)
 	@echo "setting up $(LLMC_VENV) for llm-compressor (log: $(LLMC_VENV)-install.log)"
 	test -x $(LLMC_VENV)/bin/python || $(PY) -m venv $(LLMC_VENV)
-	@( $(call install,$(LLMC_VENV),-c constraints-llmc.txt torch==2.13.0 llmcompressor==0.14.0.1,nocompile) ) \
+	@( $(call install,$(LLMC_VENV),-c constraints-llmc.txt torch==2.13.0 llmcompressor==0.14.0.1) ) \
 	   > $(LLMC_VENV)-install.log 2>&1 || (tail -40 $(LLMC_VENV)-install.log; exit 1)
 	touch $@
 llmc-env: $(LLMC_VENV)/.installed
