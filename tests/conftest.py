@@ -5,6 +5,13 @@ from pathlib import Path
 
 import pytest
 
+try:  # setuptools first, in each test process, single-threaded: inductor imports it (torch.utils.cpp_extension) on a
+    # first compile, and once, late in a worker that had run other tests, setuptools' distutils shim resolved to the
+    # stdlib's and asserted (test_compile_cache.py: "AssertionError: .../lib/python3.11/distutils/core.py")
+    import setuptools  # noqa: F401
+except ImportError:  # not installed: then nothing imports it later either
+    pass
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
