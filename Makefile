@@ -7,15 +7,19 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test bench venv lint clean vllm-env llmc-env browser screenshots image image-venv
+.PHONY: demo test bench venv lint clean vllm-env llmc-env browser bytecode screenshots image image-venv
 
 # The venvs are installed by uv's pip: the same pins resolve to the same packages as with pip (`pip freeze` of each
 # venv compared), in seconds instead of minutes (docs/measurements/2026-12-07-epyc-suite-setup). uv is fetched once
 # into .cache/uv; where it cannot be had, or with INSTALLER=pip, pip installs. uv is given pip's find-links, so a
-# CPU torch wheel lying on the machine is taken as pip takes it. uv compiles the bytecode at install, as pip does:
-# where PYTHONDONTWRITEBYTECODE is set (CI images set it) nothing writes it later, and every process the suite
-# starts compiled torch, transformers and vLLM from source again (the test stack's import: 16.3 s without, 7.5 s with;
-# docs/measurements/2026-12-07-epyc-suite-bytecode).
+# CPU torch wheel lying on the machine is taken as pip takes it.
+# Bytecode: Python writes each module's on its first import, here even where PYTHONDONTWRITEBYTECODE is set (CI
+# images set it): without it every process the suite starts compiled torch, transformers and vLLM from source again
+# (the test stack's import: 16.3 s without, 7.5 s with; docs/measurements/2026-12-07-epyc-suite-bytecode). It is not
+# compiled for every file at install: the suite imports a fraction of those packages, and compiling all of them took
+# 64 s of a 102 s setup on 2 cores; `make test` imports its stacks once before its workers start
+# (docs/measurements/2026-12-07-epyc-suite-lazy-bytecode).
+unexport PYTHONDONTWRITEBYTECODE
 INSTALLER ?= uv
 comma := ,
 UV := .cache/uv/bin/uv
@@ -26,7 +30,7 @@ $(UV):
 	  || echo "uv could not be installed (.cache/uv-install.log): the venvs are installed by pip (minutes slower)"
 # $(call install,VENV,ARGS): pip install ARGS into VENV, by uv where it is here
 install = if [ "$(INSTALLER)" = uv ] && [ -x $(UV) ]; then \
-	    $(UV) pip install -q --compile-bytecode --python $(1)/bin/python \
+	    $(UV) pip install -q --python $(1)/bin/python \
 	      $(if $(FIND_LINKS),--find-links $(FIND_LINKS)) $(2); \
 	  else $(1)/bin/python -m pip install -q $(2); fi
 uninstall = if [ "$(INSTALLER)" = uv ] && [ -x $(UV) ]; then $(UV) pip uninstall -q --python $(1)/bin/python $(2); \
@@ -104,8 +108,24 @@ browser:
 # tests/conftest.py groups them) and the `slow` ones start first, in the order tests/conftest.py gives
 # (--no-loadscope-reorder keeps it). TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= $(shell n=$$(( $$(nproc 2>/dev/null || echo 2) + 1 )); [ $$n -lt 3 ] && n=3; [ $$n -gt 4 ] && n=4; echo $$n)
+# the stacks the suite's processes import, each imported once so that its bytecode is written before the workers
+# start side by side (each would otherwise compile the same modules at the same time)
+STACK_MAIN := import torch, transformers, sentence_transformers, onnxruntime, openvino, nncf, infertune.cli.main
+STACK_VLLM := import vllm.entrypoints.openai.api_server, vllm.model_executor.models.llama
+STACK_LLMC := import transformers; from llmcompressor import oneshot; import llmcompressor.modifiers.quantization
+$(VENV)/.bytecode: $(STAMP)
+	$(BIN)/python -c "$(STACK_MAIN)" > /dev/null 2>&1 || true
+	touch $@
+$(VLLM_VENV)/.bytecode: $(VLLM_VENV)/.installed
+	$(VLLM_VENV)/bin/python -c "$(STACK_VLLM)" > /dev/null 2>&1 || true
+	touch $@
+$(LLMC_VENV)/.bytecode: $(LLMC_VENV)/.installed
+	$(LLMC_VENV)/bin/python -c "$(STACK_LLMC)" > /dev/null 2>&1 || true
+	touch $@
+bytecode: $(VENV)/.bytecode $(VLLM_VENV)/.bytecode $(LLMC_VENV)/.bytecode
+
 test:
-	$(MAKE) --no-print-directory -j4 venv vllm-env llmc-env browser
+	$(MAKE) --no-print-directory -j4 venv vllm-env llmc-env browser bytecode
 	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # The speed claims (batching >= 2x the naive server, the --slo search repeating within 15%, the bench client's

@@ -82,6 +82,12 @@ def test_memory_under_its_floor_is_allocator_noise_not_a_trend():
     assert t["p"] < P_MAX and t["rise"] > 0.04 and not t["beyond"]
     assert trends({"queue_depth": (T20, [0.005 * t for t in T20])}, {"queue_depth": 0.0})["queue_depth"]["beyond"] \
         is False  # under one request of queue
+    # a 4 s soak sampled every 0.5 s that read one request waiting at its last instants (seen beside a busy host)
+    step = trends({"queue_depth": ([0.5 * i for i in range(8)], [0, 0, 0, 0, 1, 1, 1, 1])}, {"queue_depth": 0.0})
+    assert step["queue_depth"]["p"] < P_MAX and 1 < step["queue_depth"]["rise"] < 2
+    assert step["queue_depth"]["beyond"] is False
+    # a queue that keeps growing passes the floor
+    assert trends({"queue_depth": (T20, [0.5 * t for t in T20])}, {"queue_depth": 0.0})["queue_depth"]["beyond"]
 
 
 def test_no_trend_names_the_measured_cause_instead():
