@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test bench venv lint clean vllm-env llmc-env browser bytecode screenshots image image-venv
+.PHONY: demo test bench venv lint clean vllm-env llmc-env browser test-tools bytecode screenshots image image-venv
 
 # The venvs are installed by uv's pip: the same pins resolve to the same packages as with pip (`pip freeze` of each
 # venv compared), in seconds instead of minutes (docs/measurements/2026-12-07-epyc-suite-setup). uv is fetched once
@@ -79,26 +79,31 @@ $(LLMC_VENV)/.installed: constraints-llmc.txt | $(UV)
 	touch $@
 llmc-env: $(LLMC_VENV)/.installed
 
-# The report browser test drives a headless chromium through playwright (pip, in the dev extra). Playwright's
-# own browser download comes from a CDN that test machines may not reach, so the browser is Debian's chromium
-# from apt, installed here when missing and we are root (or have password-less sudo). Best effort: when it
-# cannot be installed, the browser test is skipped with that reason and everything else runs.
+# Real tools some tests drive, from Debian's packages where they are missing: chromium (the report browser test drives
+# it through playwright, whose own browser download comes from a CDN that test machines may not reach) and promtool
+# (package prometheus: it checks the alert rules `deploy` writes and fires them on made-up series). Installed by one
+# apt-get (two would wait on each other's lock) when we are root or have password-less sudo; recommended packages are
+# left out (prometheus would bring a node exporter). Best effort: a test whose tool is missing is skipped saying so,
+# and everything else runs.
 CHROMIUM_OK = command -v chromium || command -v chromium-browser || command -v google-chrome
-browser:
-	@if { $(CHROMIUM_OK); } >/dev/null 2>&1; then :; \
+test-tools:
+	@need=""; { $(CHROMIUM_OK); } >/dev/null 2>&1 || need=" chromium"; \
+	command -v promtool >/dev/null 2>&1 || need="$$need prometheus"; \
+	if [ -z "$$need" ]; then :; \
 	elif ! command -v apt-get >/dev/null 2>&1; then \
-	  echo "browser test: no chromium and no apt-get here; it will be skipped (install chromium, or set INFERTUNE_CHROMIUM)"; \
+	  echo "missing:$$need, and no apt-get here: the tests that drive them will be skipped (install them; for the browser, or set INFERTUNE_CHROMIUM)"; \
 	else \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif sudo -n true 2>/dev/null; then SUDO="sudo -n"; else SUDO=none; fi; \
 	  if [ "$$SUDO" = none ]; then \
-	    echo "browser test: chromium missing and no root to apt-get it; it will be skipped (sudo apt-get install chromium)"; \
+	    echo "missing:$$need, and no root to apt-get them: the tests that drive them will be skipped (sudo apt-get install$$need)"; \
 	  else \
-	    echo "installing Debian's chromium for the report browser test (log: .chromium-install.log)"; \
-	    ( $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q chromium ) \
-	      > .chromium-install.log 2>&1 \
-	      || echo "browser test: apt-get install chromium failed (.chromium-install.log); it will be skipped"; \
+	    echo "installing Debian's$$need for the tests that drive them (log: .apt-tools.log)"; \
+	    ( $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends$$need ) \
+	      > .apt-tools.log 2>&1 \
+	      || echo "apt-get install$$need failed (.apt-tools.log): the tests that drive them will be skipped"; \
 	  fi; \
 	fi
+browser: test-tools
 
 # the two venvs build side by side (pip is mostly download and unzip): about 2 min saved on a fresh machine.
 # The suite runs on TEST_WORKERS pytest-xdist workers (default: one more than the cores, at least 3 and at most 4:
@@ -125,7 +130,7 @@ $(LLMC_VENV)/.bytecode: $(LLMC_VENV)/.installed
 bytecode: $(VENV)/.bytecode $(VLLM_VENV)/.bytecode $(LLMC_VENV)/.bytecode
 
 test:
-	$(MAKE) --no-print-directory -j4 venv vllm-env llmc-env browser bytecode
+	$(MAKE) --no-print-directory -j4 venv vllm-env llmc-env test-tools bytecode
 	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # The speed claims (batching >= 2x the naive server, the --slo search repeating within 15%, the bench client's
