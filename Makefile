@@ -30,8 +30,7 @@ $(UV):
 	  || echo "uv could not be installed (.cache/uv-install.log): the venvs are installed by pip (minutes slower)"
 # $(call install,VENV,ARGS): pip install ARGS into VENV, by uv where it is here
 install = if [ "$(INSTALLER)" = uv ] && [ -x $(UV) ]; then \
-	    $(UV) pip install -q --python $(1)/bin/python \
-	      $(if $(FIND_LINKS),--find-links $(FIND_LINKS)) $(2); \
+	    $(UV) pip install -q --python $(1)/bin/python $(if $(FIND_LINKS),--find-links $(FIND_LINKS)) $(2); \
 	  else $(1)/bin/python -m pip install -q $(2); fi
 uninstall = if [ "$(INSTALLER)" = uv ] && [ -x $(UV) ]; then $(UV) pip uninstall -q --python $(1)/bin/python $(2); \
 	  else $(1)/bin/python -m pip uninstall -y -q $(2); fi
@@ -61,7 +60,9 @@ $(VLLM_VENV)/.installed: | $(UV)
 	   $(call uninstall,$(VLLM_VENV),torchvision torchaudio torchcodec) ) \
 	   > $(VLLM_VENV)-install.log 2>&1 || (tail -40 $(VLLM_VENV)-install.log; exit 1)
 	touch $@
-$(SMOLLM2_HF)/config.json: | $(STAMP)
+# after .venv's stack is imported: the conversion imports torch and transformers too, and reads their bytecode
+# instead of compiling them beside that import
+$(SMOLLM2_HF)/config.json: | $(STAMP) $(VENV)/.bytecode
 	$(BIN)/python scripts/smollm2_to_hf.py $(SMOLLM2_HF)
 vllm-env: $(VLLM_VENV)/.installed $(SMOLLM2_HF)/config.json
 
@@ -109,23 +110,26 @@ browser: test-tools
 # The suite runs on TEST_WORKERS pytest-xdist workers (default: one more than the cores, at least 3 and at most 4:
 # each worker imports torch and loads its own models): much of it waits on servers, subprocesses and fixed measuring
 # windows, which overlap. On 2 cores, 3 workers kept the cores 90% busy and took 786 s, where 2 kept them 80% busy
-# and took 903 s (docs/measurements/2026-12-07-epyc-suite-speed). Tests sharing an expensive fixture (a tune, a server) stay on one worker (--dist loadgroup;
-# tests/conftest.py groups them) and the `slow` ones start first, in the order tests/conftest.py gives
-# (--no-loadscope-reorder keeps it). TEST_WORKERS=0 runs it in one process.
+# and took 903 s (docs/measurements/2026-12-07-epyc-suite-speed). Tests sharing an expensive fixture (a tune, a
+# server) stay on one worker (--dist loadgroup; tests/conftest.py groups them) and the `slow` ones start first, in the
+# order tests/conftest.py gives (--no-loadscope-reorder keeps it). TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= $(shell n=$$(( $$(nproc 2>/dev/null || echo 2) + 1 )); [ $$n -lt 3 ] && n=3; [ $$n -gt 4 ] && n=4; echo $$n)
 # the stacks the suite's processes import, each imported once so that its bytecode is written before the workers
-# start side by side (each would otherwise compile the same modules at the same time)
+# start side by side (each would otherwise compile the same modules at the same time). Only bytecode is at stake:
+# an import that fails here is said and left to the tests, which name what is missing.
 STACK_MAIN := import torch, transformers, sentence_transformers, onnxruntime, openvino, nncf, infertune.cli.main
 STACK_VLLM := import vllm.entrypoints.openai.api_server, vllm.model_executor.models.llama
 STACK_LLMC := import transformers; from llmcompressor import oneshot; import llmcompressor.modifiers.quantization
+# $(call import_stack,PYTHON,STACK)
+import_stack = $(1) -c "$(2)" > /dev/null 2>&1 || echo "$(1): importing its stack failed (\`$(1) -c '$(2)'\` says why)"
 $(VENV)/.bytecode: $(STAMP)
-	$(BIN)/python -c "$(STACK_MAIN)" > /dev/null 2>&1 || true
+	@$(call import_stack,$(BIN)/python,$(STACK_MAIN))
 	touch $@
 $(VLLM_VENV)/.bytecode: $(VLLM_VENV)/.installed
-	$(VLLM_VENV)/bin/python -c "$(STACK_VLLM)" > /dev/null 2>&1 || true
+	@$(call import_stack,$(VLLM_VENV)/bin/python,$(STACK_VLLM))
 	touch $@
 $(LLMC_VENV)/.bytecode: $(LLMC_VENV)/.installed
-	$(LLMC_VENV)/bin/python -c "$(STACK_LLMC)" > /dev/null 2>&1 || true
+	@$(call import_stack,$(LLMC_VENV)/bin/python,$(STACK_LLMC))
 	touch $@
 bytecode: $(VENV)/.bytecode $(VLLM_VENV)/.bytecode $(LLMC_VENV)/.bytecode
 

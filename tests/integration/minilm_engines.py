@@ -22,13 +22,17 @@ class MiniLMEngines:
 
     def prepare(self, cand: Candidate) -> Any:
         """`cand` prepared on the CPU, once per candidate id."""
+        if cand.id not in self.prepared:
+            self.prepared[cand.id] = self.prepare_anew(cand)
+        return self.prepared[cand.id]
+
+    def prepare_anew(self, cand: Candidate) -> Any:
+        """`cand` prepared on the CPU again, not the session's: for a test that patches the preparation."""
         from infertune.registry import load_backend
 
-        if cand.id not in self.prepared:
-            backend = load_backend(cand.backend)
-            assert backend.available(cand, "cpu") is None
-            self.prepared[cand.id] = backend.prepare(self.spec, cand, "cpu", self.work, self.calib)
-        return self.prepared[cand.id]
+        backend = load_backend(cand.backend)
+        assert backend.available(cand, "cpu") is None
+        return backend.prepare(self.spec, cand, "cpu", self.work, self.calib)
 
 
 def minilm_engines(work: Path) -> MiniLMEngines:

@@ -26,14 +26,6 @@ def _prepare(setup, cand: Candidate):
     return setup[0].prepare(cand)
 
 
-def _prepare_anew(setup, cand: Candidate):
-    """Prepared again, not the session's: a test that patches the preparation reads what it made."""
-    from infertune.registry import load_backend
-
-    e = setup[0]
-    return load_backend(cand.backend).prepare(e.spec, cand, "cpu", e.work, e.calib)
-
-
 def _check(mix: dict, source: str) -> None:
     assert set(mix) >= {"gemms", "total", "attention", "weight_bytes", "source", "examples"}
     assert mix["source"] == source and mix["total"] == sum(mix["gemms"].values()) and 0 < len(mix["examples"]) <= 5
@@ -50,7 +42,7 @@ def test_torch_int8_label_with_a_quantization_that_never_applied_is_rejected(set
     import infertune.quantize.torch_ao as torch_ao
 
     monkeypatch.setattr(torch_ao, "quantize_dynamic_int8", lambda model, *a, **k: model)  # loads, never applies
-    emb = _prepare_anew(setup, cand)
+    emb = setup[0].prepare_anew(cand)  # a patched preparation: not the session's
     lying = record(emb, setup[1])
     assert lying["gemms"] == {"fp32": LAYERS + 1}
     assert verdict(cand, lying).startswith(f"int8 requested, 0 of {LAYERS + 1} GEMMs ran int8: {LAYERS + 1} fp32")

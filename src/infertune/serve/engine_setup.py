@@ -114,7 +114,8 @@ def time_batches(emb: Any, rows: list[list[int]], budget: int, max_s: float = 3.
     sizes are measured: a slow model (or device) starts in seconds, not the half minute that every warm
     text in one batch cost a slow fake engine. Once two sizes are timed, a larger one that would run past `max_s`
     at the cost per padded token seen so far is left out: the line through the smaller ones seeds the cost model
-    (refitted from traffic). A fake engine at 10 ms a padded token spent 19 s of its 30 s start on that one batch."""
+    (refitted from traffic): a slow engine's start no longer waits on that batch
+    (docs/measurements/2026-12-07-epyc-suite-speed)."""
     longest = max(len(r) for r in rows)
     most = max(1, min(len(rows), budget // max(1, longest)))
     sizes = sorted({1, max(1, most // 4), most})

@@ -7,9 +7,9 @@ nothing) and its one-sided permutation test: the share of random reorderings of 
 least as steep (`p`). It counts when p < P_MAX *and* the fitted rise over the soak (slope x its length) is more
 than the confirm point's spread of the same series (its window P99s' max - min, its queue depth's and memory's
 range while it ran) and than the series' floor: two requests of queue (a sample is the count at one instant: a
-4 s soak at 32 req/s on a busy 2-core host read 0 then 1 waiting, a rise of 1.17 requests at p = 0.01, from a
-server that met its SLO with 1 % of it), and for memory the soak's own
---min-rss-growth (10 MB: allocator granularity; a 4 s soak's RSS rises 0.07 MB with a 0.04 MB confirm spread).
+healthy short soak on a busy host read 0 then 1 waiting; docs/measurements/2026-12-07-epyc-suite-lazy-bytecode),
+and for memory the soak's own --min-rss-growth (10 MB: allocator granularity; a 4 s soak's RSS rises 0.07 MB with a
+0.04 MB confirm spread).
 Without a confirm point there is no spread to compare, and "degrades" is not said.
 
 Without such a trend, a soak that missed its SLO (or drifted) gets a cause named with its figures: the host was
